@@ -1,0 +1,66 @@
+"""delayqueue: reliable, precise and inspectable delayed jobs for Django + Celery, on Redis."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorruptJob",
+    "DelayQueueError",
+    "DelayedTask",
+    "InvalidDelay",
+    "InvalidJobId",
+    "InvalidQueueName",
+    "Job",
+    "JobSpec",
+    "NotSerializable",
+    "PayloadTooLarge",
+    "RedisUnavailable",
+    "UnknownTask",
+    "cancel",
+    "delay_many",
+    "delayed_task",
+    "enqueue",
+    "reschedule",
+    "spec",
+]
+
+from delayqueue.errors import (
+    CorruptJob,
+    DelayQueueError,
+    InvalidDelay,
+    InvalidJobId,
+    InvalidQueueName,
+    NotSerializable,
+    PayloadTooLarge,
+    RedisUnavailable,
+    UnknownTask,
+)
+
+if TYPE_CHECKING:
+    from delayqueue.decorator import DelayedTask, delayed_task
+    from delayqueue.queue import Job, JobSpec, cancel, delay_many, enqueue, reschedule, spec
+
+_LAZY = {
+    "DelayedTask": "delayqueue.decorator",
+    "delayed_task": "delayqueue.decorator",
+    "Job": "delayqueue.queue",
+    "JobSpec": "delayqueue.queue",
+    "cancel": "delayqueue.queue",
+    "delay_many": "delayqueue.queue",
+    "enqueue": "delayqueue.queue",
+    "reschedule": "delayqueue.queue",
+    "spec": "delayqueue.queue",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that `import delayqueue` (e.g. from INSTALLED_APPS) imports neither Celery
+    # nor the Django models before the app registry is ready.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'delayqueue' has no attribute {name!r}")

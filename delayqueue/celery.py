@@ -1,0 +1,135 @@
+"""The Celery side: finding tasks, and running a dispatched job so that it is acked only
+when it finished (success -> ack, exception -> retry with backoff or dead)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, Task, current_app
+from django.utils.module_loading import import_string
+
+from delayqueue.conf import get_config
+from delayqueue.connection import (
+    STATS_TTL_SECONDS,
+    current_minute,
+    get_scripts,
+    queue_keys,
+    redis_errors,
+)
+from delayqueue.errors import DelayQueueError, RedisUnavailable, UnknownTask
+
+logger = logging.getLogger("delayqueue")
+
+# Message headers a dispatch carries; Celery exposes them as request attributes.
+HEADER_QUEUE = "dq_queue"
+HEADER_ID = "dq_id"
+HEADER_TOKEN = "dq_token"
+
+Backoff = float | Callable[[int], float]
+
+
+def get_celery_app() -> Celery:
+    path = get_config()["CELERY_APP"]
+    if path:
+        module, _, attribute = path.partition(":")
+        app: Celery = import_string(f"{module}.{attribute or 'app'}")
+        return app
+    return current_app._get_current_object()
+
+
+def resolve_task(task: Task | str) -> tuple[str, Task | None]:
+    """The registered name of a task (object or name), or UnknownTask."""
+    if isinstance(task, Task):
+        return str(task.name), task
+    if not isinstance(task, str) or not task:
+        raise UnknownTask(f"expected a Celery task or a task name, not {task!r}")
+    app = get_celery_app()
+    if task not in app.tasks:
+        app.loader.import_default_modules()  # runs autodiscover_tasks() in a web process
+    if task not in app.tasks:
+        raise UnknownTask(f"no Celery task is registered as {task!r}")
+    return task, app.tasks[task]
+
+
+def backoff_ms(attempt: int, backoff: Backoff | None) -> int:
+    """Delay before the next attempt: exponential from BACKOFF_BASE, capped, with jitter."""
+    config = get_config()
+    if callable(backoff):
+        return max(0, int(backoff(attempt) * 1000))
+    base = float(backoff if backoff is not None else config["BACKOFF_BASE"])
+    seconds = min(float(config["BACKOFF_MAX"]), base * 2 ** max(0, attempt - 1))
+    jitter = float(config["BACKOFF_JITTER"])
+    return max(0, int(seconds * random.uniform(1 - jitter, 1 + jitter) * 1000))
+
+
+def dispatch_headers(request: Any) -> tuple[str, str, str] | None:
+    """(queue, job id, token) when this Celery request is a delayqueue dispatch."""
+    job_id = getattr(request, HEADER_ID, None)
+    if not job_id:
+        return None
+    return str(getattr(request, HEADER_QUEUE)), str(job_id), str(getattr(request, HEADER_TOKEN))
+
+
+def run_job(
+    call: Callable[..., Any],
+    args: tuple[Any, ...] | list[Any],
+    kwargs: dict[str, Any],
+    dispatch: tuple[str, str, str],
+    *,
+    backoff: Backoff | None = None,
+) -> Any:
+    """Run one dispatch of a job: skip it when its token is stale, ack it when ``call``
+    returns, record the failure (retry or dead) when it raises, and re-raise."""
+    queue, job_id, token = dispatch
+    keys = queue_keys(queue)
+    config = get_config()
+    scripts = get_scripts()
+    with redis_errors():
+        started = scripts.begin(
+            [keys.job(job_id), keys.inflight],
+            [job_id, token, int(config["VISIBILITY_TIMEOUT"] * 1000)],
+        )
+    if not started[0]:
+        logger.warning("job %s on %s: stale dispatch (token %s), not run", job_id, queue, token)
+        return None
+    attempt = int(started[1])
+    try:
+        result = call(*args, **kwargs)
+    except Exception as exc:
+        _record_failure(keys, job_id, token, attempt, exc, backoff)
+        raise
+    try:
+        with redis_errors():
+            scripts.ack(
+                [keys.job(job_id), keys.inflight, keys.scheduled, keys.dedupe,
+                 keys.stats(current_minute())],
+                [job_id, token, STATS_TTL_SECONDS],
+            )
+    except RedisUnavailable:
+        logger.exception("job %s ran but its ack failed; it will run again", job_id)
+        raise
+    return result
+
+
+def _record_failure(
+    keys: Any, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
+) -> None:
+    config = get_config()
+    error = f"{type(exc).__qualname__}: {exc}"[:2000]
+    trace = "".join(traceback.format_exception(exc))[-20000:]
+    try:
+        with redis_errors():
+            outcome = get_scripts().fail(
+                [keys.job(job_id), keys.inflight, keys.scheduled, keys.dead, keys.dedupe,
+                 keys.stats(current_minute()), keys.job_prefix],
+                [job_id, token, backoff_ms(attempt, backoff), error, trace,
+                 config["MAX_ATTEMPTS"], config["DEAD_MAX"], STATS_TTL_SECONDS, keys.wake],
+            )
+    except DelayQueueError:
+        logger.exception("job %s failed and the failure could not be recorded", job_id)
+        return
+    logger.warning("job %s attempt %s failed (%s): %s", job_id, attempt, outcome, error)

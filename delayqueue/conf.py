@@ -1,0 +1,60 @@
+"""Settings: one ``DELAYQUEUE`` dict, read lazily and cached until settings change."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    # Redis holding the delayed jobs. ``None`` falls back to CELERY_BROKER_URL.
+    "REDIS_URL": None,
+    # Prefix of every key (see keys.py). Change it to share one Redis between projects.
+    "KEY_PREFIX": "dq",
+    # Queue a task goes to when @delayed_task / enqueue() name none.
+    "DEFAULT_QUEUE": "default",
+    # Jobs claimed per worker pass.
+    "BATCH_SIZE": 500,
+    # Seconds a dispatched job may stay in flight before it is reaped and run again.
+    "VISIBILITY_TIMEOUT": 300,
+    # Default attempts before a failing job goes to dead.
+    "MAX_ATTEMPTS": 5,
+    # Retry backoff: base * 2 ** (attempt - 1) seconds, capped, with +-JITTER share of randomness.
+    "BACKOFF_BASE": 10.0,
+    "BACKOFF_MAX": 3600.0,
+    "BACKOFF_JITTER": 0.2,
+    # Longest accepted delay, in seconds (a year).
+    "MAX_DELAY": 365 * 24 * 3600,
+    # Largest accepted JSON payload (args + kwargs), in bytes.
+    "MAX_PAYLOAD_BYTES": 64 * 1024,
+    # Longest the worker sleeps without a reason to wake, in seconds.
+    "SAFETY_POLL": 5.0,
+    # Seconds a Redis command may take before the caller gets an error instead of a hang.
+    "SOCKET_TIMEOUT": 5.0,
+    # Dead jobs kept per queue; the oldest are trimmed past this.
+    "DEAD_MAX": 100_000,
+    # Celery app to dispatch with, as "module:attribute"; None means celery.current_app.
+    "CELERY_APP": None,
+}
+
+
+@cache
+def get_config() -> dict[str, Any]:
+    """The effective configuration: DEFAULTS overlaid with settings.DELAYQUEUE."""
+    user: dict[str, Any] = getattr(settings, "DELAYQUEUE", {}) or {}
+    config = {**DEFAULTS, **user}
+    if config["REDIS_URL"] is None:
+        config["REDIS_URL"] = getattr(settings, "CELERY_BROKER_URL", None) or "redis://127.0.0.1:6379/0"
+    return config
+
+
+@receiver(setting_changed)
+def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DELAYQUEUE", "CELERY_BROKER_URL"):
+        get_config.cache_clear()
+        from delayqueue import connection
+
+        connection.reset()

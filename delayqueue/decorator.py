@@ -1,0 +1,167 @@
+"""``@delayed_task``: a Celery task that can also be scheduled, cancelled and rescheduled."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, overload
+
+from celery import Task, shared_task
+
+from delayqueue import queue as client
+from delayqueue.celery import Backoff, dispatch_headers, run_job
+from delayqueue.errors import DelayQueueError
+from delayqueue.keys import check_queue_name
+from delayqueue.schedule import delay_seconds
+
+
+class DelayedTask(Task[Any, Any]):
+    """Base class of tasks made by ``@delayed_task``.
+
+    The scheduling methods reserve the keywords ``seconds``, ``minutes``, ``hours``, ``days``,
+    ``delta``, ``eta``, ``key``, ``on_conflict`` and ``on_commit``; a function that takes
+    those names itself is scheduled with ``delayqueue.enqueue(task, args, kwargs, ...)``.
+    """
+
+    dq_queue: str | None = None
+    dq_max_attempts: int | None = None
+    dq_backoff: Backoff | None = None
+    dq_visibility_timeout: float | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        dispatch = dispatch_headers(self.request)
+        if dispatch is None:  # .delay(), .apply_async() or a plain call: run as Celery does
+            return super().__call__(*args, **kwargs)
+        return run_job(self.run, args, kwargs, dispatch, backoff=self.dq_backoff)
+
+    @property
+    def delay_queue(self) -> str:
+        return self.dq_queue or str(client.get_config()["DEFAULT_QUEUE"])
+
+    def delay_for(
+        self,
+        *args: Any,
+        seconds: float | None = None,
+        minutes: float | None = None,
+        hours: float | None = None,
+        days: float | None = None,
+        delta: timedelta | None = None,
+        key: str | None = None,
+        on_conflict: client.OnConflict = "keep",
+        on_commit: bool = True,
+        **kwargs: Any,
+    ) -> client.Job:
+        """Run ``self(*args, **kwargs)`` once the given delay has passed."""
+        delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
+        return client.enqueue(
+            self, args, kwargs, delay=delay, key=key, on_conflict=on_conflict, on_commit=on_commit
+        )
+
+    def delay_until(
+        self,
+        *args: Any,
+        eta: datetime,
+        key: str | None = None,
+        on_conflict: client.OnConflict = "keep",
+        on_commit: bool = True,
+        **kwargs: Any,
+    ) -> client.Job:
+        """Run ``self(*args, **kwargs)`` at ``eta`` (an aware datetime)."""
+        return client.enqueue(
+            self, args, kwargs, eta=eta, key=key, on_conflict=on_conflict, on_commit=on_commit
+        )
+
+    def delay_many(
+        self,
+        calls: Iterable[Sequence[Any]],
+        *,
+        seconds: float | None = None,
+        minutes: float | None = None,
+        hours: float | None = None,
+        days: float | None = None,
+        delta: timedelta | None = None,
+        on_commit: bool = True,
+    ) -> list[client.Job]:
+        """Schedule one job per args tuple in ``calls``, all with the same delay, in one
+        round trip."""
+        delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
+        specs = [client.spec(self, tuple(args), delay=delay) for args in calls]
+        return client.delay_many(specs, on_commit=on_commit)
+
+    def cancel(self, job_id: str | None = None, *, key: str | None = None) -> bool:
+        """Remove this task's scheduled job (by id or dedupe key); whether one was removed."""
+        return client.cancel(self.delay_queue, job_id, key=key)
+
+    def reschedule(
+        self,
+        job_id: str | None = None,
+        *,
+        key: str | None = None,
+        seconds: float | None = None,
+        minutes: float | None = None,
+        hours: float | None = None,
+        days: float | None = None,
+        delta: timedelta | None = None,
+        eta: datetime | None = None,
+    ) -> client.Job | None:
+        """Move a scheduled job to a new due time; None when it is no longer scheduled."""
+        delay = None
+        if eta is None:
+            delay = delay_seconds(
+                seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
+            )
+        return client.reschedule(self.delay_queue, job_id, key=key, delay=delay, eta=eta)
+
+
+@overload
+def delayed_task(fn: Callable[..., Any], /) -> DelayedTask: ...
+@overload
+def delayed_task(
+    *,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    backoff: Backoff | None = None,
+    visibility_timeout: float | None = None,
+    **celery_options: Any,
+) -> Callable[[Callable[..., Any]], DelayedTask]: ...
+def delayed_task(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    backoff: Backoff | None = None,
+    visibility_timeout: float | None = None,
+    **celery_options: Any,
+) -> DelayedTask | Callable[[Callable[..., Any]], DelayedTask]:
+    """Make a plain function a Celery task that can also be run later:
+    ``task.delay_for(...)``, ``task.delay_until(...)``, ``task.cancel(...)``,
+    ``task.reschedule(...)``. ``task.delay()`` still runs it at once through Celery.
+
+    queue: the delayqueue queue (default DELAYQUEUE["DEFAULT_QUEUE"]).
+    max_attempts: runs before the job goes to dead (default DELAYQUEUE["MAX_ATTEMPTS"]).
+    backoff: base seconds of the exponential retry backoff, or attempt -> seconds.
+    visibility_timeout: seconds a run may take before the job is run again elsewhere.
+    Other keywords go to Celery's ``shared_task``.
+    """
+    if queue is not None:
+        check_queue_name(queue)
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise DelayQueueError(f"max_attempts must be a positive int, not {max_attempts!r}")
+    if visibility_timeout is not None and not visibility_timeout > 0:
+        raise DelayQueueError(f"visibility_timeout must be positive, not {visibility_timeout!r}")
+
+    def wrap(function: Callable[..., Any]) -> DelayedTask:
+        task: DelayedTask = shared_task(  # type: ignore[call-overload]
+            base=DelayedTask,
+            dq_queue=queue,
+            dq_max_attempts=max_attempts,
+            dq_backoff=staticmethod(backoff) if callable(backoff) else backoff,
+            dq_visibility_timeout=visibility_timeout,
+            **celery_options,
+        )(function)
+        return task
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,105 @@
+"""Every Redis key delayqueue uses, named in this one place.
+
+All keys of queue ``Q`` carry the hash tag ``{Q}``, so one queue lives in one Redis Cluster
+slot and every Lua script touches one slot. Scripts that must reach jobs they learn about
+inside Lua (claim, reap, dedupe lookups) get ``job_prefix`` through KEYS and append the id.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from delayqueue.errors import InvalidJobId, InvalidQueueName
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID: Crockford base32, time first
+
+
+def check_queue_name(name: object) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise InvalidQueueName(
+            f"queue name {name!r} is not 1-64 characters of letters, digits, '_', '.' or '-'"
+        )
+    return name
+
+
+def check_job_id(job_id: object) -> str:
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+        raise InvalidJobId(f"{job_id!r} is not a delayqueue job id (a 26-character ULID)")
+    return job_id
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one queue."""
+
+    prefix: str
+    queue: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.queue}}}"
+
+    @property
+    def job_prefix(self) -> str:
+        """Job hashes are ``job_prefix + id``."""
+        return f"{self.base}:job:"
+
+    def job(self, job_id: str) -> str:
+        return self.job_prefix + job_id
+
+    @property
+    def scheduled(self) -> str:
+        """zset: id -> due time (ms)."""
+        return f"{self.base}:scheduled"
+
+    @property
+    def inflight(self) -> str:
+        """zset: id -> visibility deadline (ms)."""
+        return f"{self.base}:inflight"
+
+    @property
+    def dead(self) -> str:
+        """zset: id -> time it died (ms)."""
+        return f"{self.base}:dead"
+
+    @property
+    def dedupe(self) -> str:
+        """hash: dedupe key -> id."""
+        return f"{self.base}:keys"
+
+    @property
+    def wake(self) -> str:
+        """pub/sub channel: published when a new job becomes the earliest."""
+        return f"{self.base}:wake"
+
+    @property
+    def paused(self) -> str:
+        """string: present while the queue is paused."""
+        return f"{self.base}:paused"
+
+    def stats(self, minute: int) -> str:
+        """hash: counters (dispatched, acked, failed, dead) of one minute (epoch minutes)."""
+        return f"{self.base}:stats:{minute}"
+
+
+@dataclass(frozen=True)
+class GlobalKeys:
+    """Keys that belong to no single queue."""
+
+    prefix: str
+
+    @property
+    def queues(self) -> str:
+        """set: known queue names."""
+        return f"{self.prefix}:queues"
+
+    @property
+    def workers(self) -> str:
+        """zset: worker id -> last heartbeat (ms)."""
+        return f"{self.prefix}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        """hash: host, pid, queues, started of one worker; expires without heartbeats."""
+        return f"{self.prefix}:worker:{worker_id}"

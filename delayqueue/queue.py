@@ -1,0 +1,245 @@
+"""The client API: schedule, cancel and reschedule jobs.
+
+Every call checks its input before it touches Redis, so bad input raises at the call and
+leaves nothing behind. Writes wait for the surrounding transaction to commit (``on_commit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from celery import Task
+from django.db import transaction
+from ulid import ULID
+
+from delayqueue.celery import resolve_task
+from delayqueue.conf import get_config
+from delayqueue.connection import (
+    get_redis,
+    get_scripts,
+    run_pipelined,
+    queue_keys,
+    redis_errors,
+    remember_queue,
+)
+from delayqueue.errors import DelayQueueError, InvalidJobId
+from delayqueue.keys import check_job_id, check_queue_name
+from delayqueue.payload import encode_args
+from delayqueue.schedule import Mode, to_due
+
+OnConflict = Literal["keep", "replace"]
+State = Literal["pending", "scheduled", "inflight"]
+
+
+@dataclass
+class Job:
+    """A handle on a scheduled job.
+
+    ``state`` is "pending" until the surrounding transaction commits and the job is written;
+    when a dedupe ``key`` kept an existing job, ``id`` becomes that job's id.
+    """
+
+    id: str
+    queue: str
+    task: str
+    key: str | None = None
+    due_at: datetime | None = None
+    state: State = "pending"
+    outcome: Literal["created", "kept", "replaced"] | None = None
+
+    def cancel(self) -> bool:
+        return cancel(self.queue, self.id)
+
+
+@dataclass
+class JobSpec:
+    """A checked, ready-to-write job (what ``spec()`` returns and ``delay_many`` takes)."""
+
+    job: Job
+    mode: Mode
+    ms: int
+    on_conflict: OnConflict
+    fields: list[str] = field(default_factory=list)
+
+
+def spec(
+    task: Task | str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    delay: float | timedelta | None = None,
+    eta: datetime | None = None,
+    queue: str | None = None,
+    key: str | None = None,
+    on_conflict: OnConflict = "keep",
+    max_attempts: int | None = None,
+    visibility_timeout: float | None = None,
+) -> JobSpec:
+    """Check everything about a job without writing it."""
+    config = get_config()
+    name, task_obj = resolve_task(task)
+    queue = check_queue_name(
+        queue or getattr(task_obj, "dq_queue", None) or config["DEFAULT_QUEUE"]
+    )
+    mode, ms = to_due(delay, eta)
+    args_json, kwargs_json = encode_args(args, kwargs or {}, config["MAX_PAYLOAD_BYTES"])
+    if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
+        raise DelayQueueError(f"key must be a non-empty str of at most 200 characters, not {key!r}")
+    if on_conflict not in ("keep", "replace"):
+        raise DelayQueueError(f"on_conflict must be 'keep' or 'replace', not {on_conflict!r}")
+    attempts = max_attempts or getattr(task_obj, "dq_max_attempts", None) or config["MAX_ATTEMPTS"]
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise DelayQueueError(f"max_attempts must be a positive int, not {attempts!r}")
+    timeout = visibility_timeout or getattr(task_obj, "dq_visibility_timeout", None)
+
+    fields = ["task", name, "args", args_json, "max", str(attempts)]
+    if kwargs_json:
+        fields += ["kwargs", kwargs_json]
+    if key is not None:
+        fields += ["key", key]
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise DelayQueueError(f"visibility_timeout must be positive seconds, not {timeout!r}")
+        fields += ["vt", str(int(timeout * 1000))]
+    job = Job(id=str(ULID()), queue=queue, task=name, key=key)
+    return JobSpec(job=job, mode=mode, ms=ms, on_conflict=on_conflict, fields=fields)
+
+
+def _enqueue_args(s: JobSpec) -> tuple[list[str], list[Any]]:
+    keys = queue_keys(s.job.queue)
+    return (
+        [keys.job(s.job.id), keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix],
+        [s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, keys.wake, *s.fields],
+    )
+
+
+def _apply_reply(job: Job, reply: list[Any]) -> None:
+    job_id, due, outcome, state = reply
+    job.id = job_id
+    job.due_at = datetime.fromtimestamp(int(float(due)) / 1000, tz=UTC)
+    job.outcome = outcome
+    job.state = state
+
+
+def _write(specs: list[JobSpec]) -> None:
+    scripts = get_scripts()
+    with redis_errors():
+        for queue in {s.job.queue for s in specs}:
+            remember_queue(queue)
+        if len(specs) == 1:
+            keys, argv = _enqueue_args(specs[0])
+            _apply_reply(specs[0].job, scripts.enqueue(keys, argv))
+            return
+        replies = run_pipelined([(scripts.enqueue, *_enqueue_args(s)) for s in specs])
+    for s, reply in zip(specs, replies, strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        _apply_reply(s.job, reply)
+
+
+def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
+    if on_commit:
+        transaction.on_commit(lambda: _write(specs), using=using)
+    else:
+        _write(specs)
+
+
+def enqueue(
+    task: Task | str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    delay: float | timedelta | None = None,
+    eta: datetime | None = None,
+    queue: str | None = None,
+    key: str | None = None,
+    on_conflict: OnConflict = "keep",
+    max_attempts: int | None = None,
+    visibility_timeout: float | None = None,
+    on_commit: bool = True,
+    using: str | None = None,
+) -> Job:
+    """Schedule any Celery task (object or registered name) to run after ``delay`` or at ``eta``.
+
+    ``delay`` is seconds or a timedelta, ``eta`` an aware datetime. With ``key``, scheduling is
+    idempotent: while a job with that key is scheduled, "keep" leaves it as it is and "replace"
+    moves it to the new due time with the new arguments (debounce). With ``on_commit`` (the
+    default) the job is written when the current transaction commits, and never on rollback.
+    """
+    s = spec(
+        task,
+        args,
+        kwargs,
+        delay=delay,
+        eta=eta,
+        queue=queue,
+        key=key,
+        on_conflict=on_conflict,
+        max_attempts=max_attempts,
+        visibility_timeout=visibility_timeout,
+    )
+    _submit([s], on_commit, using)
+    return s.job
+
+
+def delay_many(
+    specs: Iterable[JobSpec], *, on_commit: bool = True, using: str | None = None
+) -> list[Job]:
+    """Write many jobs made with ``spec()`` in one round trip to Redis."""
+    batch = list(specs)
+    if batch:
+        _submit(batch, on_commit, using)
+    return [s.job for s in batch]
+
+
+def cancel(queue: str, job_id: str | None = None, *, key: str | None = None) -> bool:
+    """Remove a job that is still scheduled, by id or dedupe key; whether one was removed."""
+    keys = queue_keys(check_queue_name(queue))
+    job_id, key = _id_or_key(job_id, key)
+    with redis_errors():
+        removed, _ = get_scripts().cancel(
+            [keys.scheduled, keys.dedupe, keys.job_prefix], [job_id, key]
+        )
+    return bool(removed)
+
+
+def reschedule(
+    queue: str,
+    job_id: str | None = None,
+    *,
+    key: str | None = None,
+    delay: float | timedelta | None = None,
+    eta: datetime | None = None,
+) -> Job | None:
+    """Move a scheduled job to a new due time; None when no such job is scheduled."""
+    keys = queue_keys(check_queue_name(queue))
+    job_id, key = _id_or_key(job_id, key)
+    mode, ms = to_due(delay, eta)
+    with redis_errors():
+        found_id, due = get_scripts().reschedule(
+            [keys.scheduled, keys.dedupe], [job_id, key, mode, ms, keys.wake]
+        )
+        if int(due) < 0:
+            return None
+        task = get_redis().hget(keys.job(found_id), "task") or ""
+    return Job(
+        id=found_id,
+        queue=queue,
+        task=str(task),
+        key=key or None,
+        due_at=datetime.fromtimestamp(int(due) / 1000, tz=UTC),
+        state="scheduled",
+    )
+
+
+def _id_or_key(job_id: str | None, key: str | None) -> tuple[str, str]:
+    if (job_id is None) == (key is None):
+        raise InvalidJobId("give either a job id or key=, not both and not neither")
+    if job_id is not None:
+        return check_job_id(job_id), ""
+    if not isinstance(key, str) or not key:
+        raise DelayQueueError(f"key must be a non-empty str, not {key!r}")
+    return "", key

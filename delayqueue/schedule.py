@@ -1,0 +1,78 @@
+"""Turning delays and due times into what the enqueue and reschedule scripts take."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Literal
+
+from delayqueue.conf import get_config
+from delayqueue.errors import InvalidDelay
+
+Mode = Literal["delay", "at"]
+
+
+def delay_seconds(
+    *,
+    seconds: float | None = None,
+    minutes: float | None = None,
+    hours: float | None = None,
+    days: float | None = None,
+    delta: timedelta | None = None,
+) -> float | timedelta:
+    """Exactly one of the keyword delays, as seconds or a timedelta."""
+    given = {
+        name: value
+        for name, value in (
+            ("seconds", seconds),
+            ("minutes", minutes),
+            ("hours", hours),
+            ("days", days),
+            ("delta", delta),
+        )
+        if value is not None
+    }
+    if len(given) != 1:
+        raise InvalidDelay(
+            "give exactly one of seconds=, minutes=, hours=, days= or delta= "
+            f"(got {', '.join(given) or 'none'})"
+        )
+    (name, value), = given.items()
+    if name == "delta":
+        return value  # checked by to_due()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidDelay(f"{name}= must be a number, not {type(value).__name__}")
+    factor = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}[name]
+    return value * factor
+
+
+def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode, int]:
+    """("delay", ms from Redis's now) or ("at", epoch ms), checked against MAX_DELAY."""
+    max_delay = float(get_config()["MAX_DELAY"])
+    if (delay is None) == (eta is None):
+        raise InvalidDelay("give either a delay or an eta, not both and not neither")
+    if eta is not None:
+        if not isinstance(eta, datetime):
+            raise InvalidDelay(f"eta must be a datetime, not {type(eta).__name__}")
+        if eta.tzinfo is None or eta.utcoffset() is None:
+            raise InvalidDelay(
+                f"eta {eta.isoformat()} is naive; pass an aware datetime "
+                "(django.utils.timezone.now() + timedelta(...))"
+            )
+        ahead = eta.timestamp() - datetime.now(tz=eta.tzinfo).timestamp()
+        if ahead > max_delay:
+            raise InvalidDelay(f"eta is {ahead:.0f} s away, more than MAX_DELAY={max_delay:.0f} s")
+        return "at", math.floor(eta.timestamp() * 1000)
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise InvalidDelay(f"delay must be seconds or a timedelta, not {type(delay).__name__}")
+    else:
+        seconds = float(delay)
+    if not math.isfinite(seconds):
+        raise InvalidDelay(f"delay {seconds!r} is not a finite number of seconds")
+    if seconds < 0:
+        raise InvalidDelay(f"delay {seconds!r} s is negative; a job cannot be due in the past")
+    if seconds > max_delay:
+        raise InvalidDelay(f"delay {seconds:.0f} s is more than MAX_DELAY={max_delay:.0f} s")
+    return "delay", math.ceil(seconds * 1000)

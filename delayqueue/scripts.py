@@ -1,0 +1,30 @@
+"""The Lua scripts, one per state transition, registered once per Redis client and run by SHA."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+from redis import Redis
+from redis.commands.core import Script
+
+
+def load_source(name: str) -> str:
+    return files("delayqueue").joinpath("scripts", f"{name}.lua").read_text(encoding="utf-8")
+
+
+class Scripts:
+    """The registered scripts of one client. See each ``scripts/<name>.lua`` for KEYS/ARGV."""
+
+    def __init__(self, client: Redis) -> None:
+        self.enqueue: Script = client.register_script(load_source("enqueue"))
+        self.cancel: Script = client.register_script(load_source("cancel"))
+        self.reschedule: Script = client.register_script(load_source("reschedule"))
+        self.claim: Script = client.register_script(load_source("claim"))
+        self.begin: Script = client.register_script(load_source("begin"))
+        self.ack: Script = client.register_script(load_source("ack"))
+        self.fail: Script = client.register_script(load_source("fail"))
+        self.reap: Script = client.register_script(load_source("reap"))
+        self.release: Script = client.register_script(load_source("release"))
+        self.bury: Script = client.register_script(load_source("bury"))
+        self.requeue: Script = client.register_script(load_source("requeue"))
+        self.purge: Script = client.register_script(load_source("purge"))

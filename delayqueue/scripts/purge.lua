@@ -1,0 +1,18 @@
+-- purge: dead -> gone, for the given ids or for the oldest N dead jobs.
+-- KEYS[1] dead zset                     dq:{Q}:dead
+-- KEYS[2] job hash prefix               dq:{Q}:job:
+-- ARGV[1] "ids" (ARGV[2..] are job ids) or "oldest" (ARGV[2] is how many)
+-- Returns the number of dead jobs deleted.
+local ids
+if ARGV[1] == 'oldest' then
+  ids = {}
+  local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[2]))
+  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+else
+  ids = {}
+  for i = 2, #ARGV do
+    if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then ids[#ids + 1] = ARGV[i] end
+  end
+end
+for _, id in ipairs(ids) do redis.call('DEL', KEYS[2] .. id) end
+return #ids

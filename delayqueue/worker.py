@@ -1,0 +1,331 @@
+"""The delay worker: moves due jobs to Celery at their due time, and nothing is lost.
+
+Each pass: reap expired in-flight jobs and claim a batch of due jobs (both scripts, all
+queues, one round trip) -> dispatch each claimed job to Celery -> sleep until the earliest
+of: next due time, next in-flight deadline, a message on a queue's wake channel, the safety
+poll. All times come from Redis's clock; the worker only measures durations.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError
+from redis.client import PubSub
+from ulid import ULID
+
+from delayqueue.celery import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, get_celery_app
+from delayqueue.conf import get_config
+from delayqueue.connection import (
+    STATS_TTL_SECONDS,
+    current_minute,
+    get_redis,
+    get_scripts,
+    global_keys,
+    queue_keys,
+    redis_errors,
+    run_pipelined,
+)
+from delayqueue.decorator import DelayedTask
+from delayqueue.errors import CorruptJob, DelayQueueError, RedisUnavailable
+from delayqueue.keys import check_queue_name
+from delayqueue.payload import decode_args
+from delayqueue.tasks import RUN_TASK
+
+logger = logging.getLogger("delayqueue.worker")
+
+HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_TTL_SECONDS = 30
+
+
+@dataclass
+class Claimed:
+    queue: str
+    id: str
+    token: str
+    attempt: int
+    task: str
+    args_json: str
+    kwargs_json: str
+
+
+@dataclass
+class PassResult:
+    """What one reap+claim pass saw, in Redis's clock."""
+
+    claimed: list[Claimed] = field(default_factory=list)
+    full: bool = False
+    wait_ms: float = 0.0
+
+
+class DelayWorker:
+    def __init__(
+        self,
+        queues: list[str] | None = None,
+        *,
+        batch_size: int | None = None,
+        visibility_timeout: float | None = None,
+        celery_app: Celery | None = None,
+    ) -> None:
+        config = get_config()
+        self.fixed_queues = [check_queue_name(q) for q in queues] if queues else None
+        self.queues: list[str] = list(self.fixed_queues or [])
+        self.batch_size = int(batch_size or config["BATCH_SIZE"])
+        self.visibility_ms = int(float(visibility_timeout or config["VISIBILITY_TIMEOUT"]) * 1000)
+        self.safety_poll = float(config["SAFETY_POLL"])
+        self.app = celery_app or get_celery_app()
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
+        self.stopping = False
+        self.outage_backoff = 0.0
+        self.dispatched = 0
+        self._last_heartbeat = 0.0
+        self._pubsub: PubSub | None = None
+        self._subscribed: set[str] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def run(self, *, once: bool = False) -> int:
+        """Loop until a signal asks to stop (or one drain with ``once``); exit code 0."""
+        self.app.loader.import_default_modules()  # every task the Celery worker knows
+        if not once:
+            self._install_signal_handlers()
+        logger.info("delay worker %s starting (batch %s)", self.id, self.batch_size)
+        try:
+            while not self.stopping:
+                self._heartbeat()
+                try:
+                    result = self.run_pass()
+                except RedisUnavailable as exc:
+                    logger.error("%s; retrying in 1 s", exc)
+                    self._sleep(1.0)
+                    continue
+                if once:
+                    if not result.full:
+                        break
+                    continue
+                if not result.full:
+                    self._sleep(result.wait_ms / 1000)
+        finally:
+            self._goodbye()
+        logger.info("delay worker %s stopped after %s dispatches", self.id, self.dispatched)
+        return 0
+
+    def _install_signal_handlers(self) -> None:
+        def stop(signum: int, frame: FrameType | None) -> None:
+            if self.stopping:
+                logger.warning("second signal: exiting now (claimed jobs return after their "
+                               "visibility timeout)")
+                os._exit(1)
+            logger.info("signal %s: stopping after the current batch", signum)
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+    # ---- one pass --------------------------------------------------------------------
+
+    def run_pass(self) -> PassResult:
+        """Reap and claim on every queue in one round trip, then dispatch what was claimed."""
+        scripts = get_scripts()
+        config = get_config()
+        calls: list[Any] = []
+        for queue in self.queues:
+            keys = queue_keys(queue)
+            calls.append((
+                scripts.reap,
+                [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe],
+                [self.batch_size, config["MAX_ATTEMPTS"]],
+            ))
+            calls.append((
+                scripts.claim,
+                [keys.scheduled, keys.inflight, keys.job_prefix, keys.paused,
+                 keys.stats(current_minute()), keys.dead],
+                [self.batch_size, self.visibility_ms, STATS_TTL_SECONDS],
+            ))
+        if not calls:
+            return PassResult(wait_ms=self.safety_poll * 1000)
+        started = time.monotonic()
+        with redis_errors():
+            replies = run_pipelined(calls)
+        result = PassResult(wait_ms=self.safety_poll * 1000)
+        for index, queue in enumerate(self.queues):
+            reaped, claim = replies[2 * index], replies[2 * index + 1]
+            for reply in (reaped, claim):
+                if isinstance(reply, Exception):
+                    raise DelayQueueError(f"queue {queue}: Redis script error: {reply}")
+            if reaped[0] or reaped[1]:
+                logger.warning("queue %s: %s in-flight jobs timed out and were rescheduled, "
+                               "%s moved to dead", queue, reaped[0], reaped[1])
+            now, next_due, next_deadline, _paused, jobs = claim
+            result.full = result.full or len(jobs) >= self.batch_size
+            for point in (int(next_due), int(next_deadline)):
+                if point >= 0:
+                    result.wait_ms = min(result.wait_ms, max(0, point - int(now)) + 1)
+            result.claimed += [
+                Claimed(queue, str(j[0]), str(j[1]), int(j[2]), str(j[3]), str(j[4]), str(j[5]))
+                for j in jobs
+            ]
+        result.wait_ms -= (time.monotonic() - started) * 1000
+        if result.claimed:
+            self.dispatch(result.claimed)
+        return result
+
+    # ---- dispatch --------------------------------------------------------------------
+
+    def dispatch(self, jobs: list[Claimed]) -> None:
+        """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
+        refuses, the rest of the batch goes back to scheduled with a backoff."""
+        with self.app.producer_or_acquire() as producer:
+            for index, job in enumerate(jobs):
+                try:
+                    args, kwargs = decode_args(job.args_json, job.kwargs_json)
+                except CorruptJob as exc:
+                    self._bury(job, f"corrupt job data: {exc}")
+                    continue
+                target = self.app.tasks.get(job.task)
+                if target is None:
+                    self._bury(job, f"unknown task {job.task!r}: no Celery task has this name")
+                    continue
+                name, call_args, call_kwargs = job.task, args, kwargs
+                if not isinstance(target, DelayedTask):
+                    name, call_args, call_kwargs = RUN_TASK, [job.task, args, kwargs], {}
+                try:
+                    self.app.send_task(
+                        name,
+                        args=call_args,
+                        kwargs=call_kwargs,
+                        headers={HEADER_QUEUE: job.queue, HEADER_ID: job.id,
+                                 HEADER_TOKEN: job.token},
+                        route_name=job.task,
+                        producer=producer,
+                        ignore_result=True,
+                    )
+                except (OperationalError, OSError) as exc:
+                    self._broker_outage(jobs[index:], exc)
+                    return
+                self.dispatched += 1
+                logger.debug("dispatched %s %s (attempt %s)", job.task, job.id, job.attempt)
+        self.outage_backoff = 0.0
+
+    def _bury(self, job: Claimed, reason: str) -> None:
+        keys = queue_keys(job.queue)
+        logger.error("job %s on %s moved to dead: %s", job.id, job.queue, reason)
+        with redis_errors():
+            get_scripts().bury(
+                [keys.job(job.id), keys.inflight, keys.scheduled, keys.dead, keys.dedupe,
+                 keys.stats(current_minute())],
+                [job.id, reason, STATS_TTL_SECONDS],
+            )
+
+    def _broker_outage(self, jobs: list[Claimed], exc: Exception) -> None:
+        self.outage_backoff = min(30.0, max(1.0, self.outage_backoff * 2))
+        logger.error("Celery broker refused a dispatch (%s); %s jobs go back to scheduled "
+                     "for %.0f s", exc, len(jobs), self.outage_backoff)
+        scripts = get_scripts()
+        calls: list[Any] = []
+        for job in jobs:
+            keys = queue_keys(job.queue)
+            calls.append((
+                scripts.release,
+                [keys.job(job.id), keys.inflight, keys.scheduled],
+                [job.id, job.token, int(self.outage_backoff * 1000), 1,
+                 f"broker unavailable: {exc}"[:500], keys.wake],
+            ))
+        with redis_errors():
+            run_pipelined(calls)
+
+    # ---- sleeping, heartbeat ---------------------------------------------------------
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait up to ``seconds`` on the wake channels; returns early on a wake message or a
+        stop request (checked every 250 ms)."""
+        deadline = time.monotonic() + max(0.0, seconds)
+        pubsub = self._pubsub
+        while not self.stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if pubsub is None:
+                time.sleep(min(remaining, 0.25))
+                continue
+            try:
+                message = pubsub.get_message(ignore_subscribe_messages=True,
+                                             timeout=min(remaining, 0.25))
+            except (redis.RedisError, OSError) as exc:
+                logger.warning("wake channel lost (%s); sleeping without it", exc)
+                self._pubsub, self._subscribed = None, set()
+                return
+            if message is not None:
+                while pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
+                    pass
+                return
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat < HEARTBEAT_SECONDS:
+            return
+        self._last_heartbeat = now
+        try:
+            with redis_errors():
+                self._refresh_queues()
+                client = get_redis()
+                g = global_keys()
+                pipe = client.pipeline(transaction=False)
+                pipe.hset(g.worker(self.id), mapping={
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "queues": ",".join(self.queues),
+                    "dispatched": self.dispatched,
+                    "beat": int(time.time() * 1000),
+                })
+                pipe.expire(g.worker(self.id), HEARTBEAT_TTL_SECONDS)
+                pipe.zadd(g.workers, {self.id: int(time.time() * 1000)})
+                pipe.execute()
+        except RedisUnavailable as exc:
+            logger.error("heartbeat failed: %s", exc)
+
+    def _refresh_queues(self) -> None:
+        if self.fixed_queues is None:
+            known = {str(q) for q in get_redis().smembers(global_keys().queues)}
+            known |= {
+                task.dq_queue or get_config()["DEFAULT_QUEUE"]
+                for task in self.app.tasks.values()
+                if isinstance(task, DelayedTask)
+            }
+            self.queues = sorted(q for q in known if _valid_queue(q))
+        wanted = {queue_keys(q).wake for q in self.queues}
+        if self._pubsub is None:
+            self._pubsub = get_redis().pubsub(ignore_subscribe_messages=True)
+            self._subscribed = set()
+        if wanted - self._subscribed:
+            self._pubsub.subscribe(*(wanted - self._subscribed))
+            self._subscribed |= wanted
+
+    def _goodbye(self) -> None:
+        try:
+            with redis_errors():
+                g = global_keys()
+                get_redis().delete(g.worker(self.id))
+                get_redis().zrem(g.workers, self.id)
+            if self._pubsub is not None:
+                self._pubsub.close()
+        except (RedisUnavailable, OSError):
+            pass  # the heartbeat key expires on its own
+
+
+def _valid_queue(name: str) -> bool:
+    try:
+        check_queue_name(name)
+    except DelayQueueError:
+        logger.error("ignoring queue %r found in Redis: not a valid queue name", name)
+        return False
+    return True

@@ -1,0 +1,36 @@
+"""Delayed jobs of the demo: closing orders nobody paid for."""
+
+import logging
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from delayqueue import delayed_task
+
+from .models import Order, Product
+
+logger = logging.getLogger(__name__)
+
+
+@delayed_task(queue="orders", max_attempts=5)
+def close_unpaid_order(order_id: int) -> None:
+    """Close an order that was not paid in time and give its stock back. Idempotent."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().filter(pk=order_id).first()
+        if order is None:
+            logger.info("Order %s no longer exists; nothing to close", order_id)
+            return
+        if order.status != Order.Status.PENDING:
+            logger.info("Order %s is %s; leaving it alone", order_id, order.status)
+            return
+        order.status = Order.Status.CLOSED
+        order.closed_at = timezone.now()
+        order.save(update_fields=["status", "closed_at"])
+        Product.objects.filter(pk=order.product_id).update(stock=F("stock") + order.quantity)
+    logger.info(
+        "Closed unpaid order %s and returned %s to the stock of product %s",
+        order_id,
+        order.quantity,
+        order.product_id,
+    )

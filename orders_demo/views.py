@@ -1,0 +1,90 @@
+"""The shop: list products, place orders, pay for them before they close."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from .forms import PlaceOrderForm
+from .models import Order, Product
+from .tasks import close_unpaid_order
+from .templatetags.order_tags import format_duration
+
+
+def close_job_key(order_id: int) -> str:
+    """The delayqueue key of the job that closes an order; one job per order."""
+    return f"close-order:{order_id}"
+
+
+def product_list(request: HttpRequest) -> HttpResponse:
+    products = Product.objects.all()
+    return render(
+        request,
+        "orders_demo/product_list.html",
+        {"products": products, "payment_window": format_duration(settings.ORDER_PAYMENT_TIMEOUT)},
+    )
+
+
+def order_list(request: HttpRequest) -> HttpResponse:
+    orders = Order.objects.select_related("product")[:50]
+    return render(request, "orders_demo/order_list.html", {"orders": orders})
+
+
+@require_POST
+def place_order(request: HttpRequest) -> HttpResponse:
+    form = PlaceOrderForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose a quantity between 1 and 1000.")
+        return redirect("product_list")
+    quantity = form.cleaned_data["quantity"]
+    timeout = settings.ORDER_PAYMENT_TIMEOUT
+    with transaction.atomic():
+        product = get_object_or_404(
+            Product.objects.select_for_update(), pk=form.cleaned_data["product_id"]
+        )
+        if product.stock < quantity:
+            messages.error(request, f"Only {product.stock} × {product.name} left in stock.")
+            return redirect("product_list")
+        product.stock -= quantity
+        product.save(update_fields=["stock"])
+        order = Order.objects.create(
+            product=product,
+            quantity=quantity,
+            payment_due_at=timezone.now() + timedelta(seconds=timeout),
+        )
+        # Written to Redis only once this transaction commits (on_commit defaults to True).
+        job = close_unpaid_order.delay_for(order.id, seconds=timeout, key=close_job_key(order.id))
+        order.close_job_id = job.id
+        order.save(update_fields=["close_job_id"])
+    messages.success(
+        request,
+        f"Order #{order.id} placed. Pay within {format_duration(timeout)} "
+        "or it will be closed and the stock released.",
+    )
+    return redirect("order_list")
+
+
+@require_POST
+def pay_order(request: HttpRequest, order_id: int) -> HttpResponse:
+    with transaction.atomic():
+        order = get_object_or_404(Order.objects.select_for_update(), pk=order_id)
+        if order.status == Order.Status.CLOSED:
+            messages.error(request, f"Too late, order #{order.id} closed: it was not paid in time.")
+            return redirect("order_list")
+        if order.status == Order.Status.PAID:
+            messages.info(request, f"Order #{order.id} is already paid.")
+            return redirect("order_list")
+        order.status = Order.Status.PAID
+        order.paid_at = timezone.now()
+        order.save(update_fields=["status", "paid_at"])
+    # Cancel after the commit: should the job run anyway, it finds the order paid and leaves it.
+    if close_unpaid_order.cancel(key=close_job_key(order.id)):
+        messages.success(request, f"Order #{order.id} paid; its close job was cancelled.")
+    else:
+        messages.success(request, f"Order #{order.id} paid.")
+    return redirect("order_list")

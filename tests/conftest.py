@@ -1,0 +1,132 @@
+"""Fixtures: the suite's own Redis (flushed between tests), a real Celery worker and real
+delay workers as child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from delayqueue import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
+    """Poll until ``predicate()`` is truthy; its value, or AssertionError at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
+        time.sleep(interval)
+
+
+def _test_redis(db: int = 0) -> redis.Redis:
+    return redis.Redis(
+        port=int(os.environ["DQ_TEST_REDIS_PORT"]), db=db, decode_responses=True, socket_timeout=10
+    )
+
+
+@pytest.fixture(autouse=True)
+def r() -> Iterator[redis.Redis]:
+    """The suite's Redis (delayqueue's database), empty at the start of every test."""
+    client = _test_redis()
+    if client.info("server")["run_id"] != os.environ["DQ_TEST_REDIS_RUN_ID"]:
+        raise RuntimeError("refusing to flush a Redis the test suite did not start")
+    client.flushdb()
+    connection.reset()
+    yield client
+    client.close()
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+class Process:
+    """A child process with its output in a file (shown when a test fails)."""
+
+    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log = log
+        self.handle = log.open("wb")
+        self.popen = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=self.handle, stderr=subprocess.STDOUT
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def output(self) -> str:
+        self.handle.flush()
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self.handle.close()
+        return self.popen.returncode
+
+
+@pytest.fixture(scope="session")
+def celery_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    """A real Celery worker (prefork, 2 processes) on the suite's broker."""
+    log = tmp_path_factory.mktemp("celery") / "worker.log"
+    worker = Process(
+        "celery",
+        [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "info",
+         "-c", "2", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        log,
+        child_env(),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "ready." in worker.output() or worker.popen.poll() is not None, 60)
+        if worker.popen.poll() is not None:
+            raise RuntimeError(f"Celery worker did not start:\n{worker.output()}")
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture
+def delay_worker(tmp_path: Path) -> Iterator[Callable[..., Process]]:
+    """Start ``manage.py run_delay_worker`` children; all are stopped after the test."""
+    started: list[Process] = []
+
+    def start(*options: str, ready: bool = True) -> Process:
+        log = tmp_path / f"delay-worker-{len(started)}.log"
+        worker = Process(
+            "delay worker",
+            [sys.executable, "manage.py", "run_delay_worker", "-v", "2", *options],
+            log,
+            child_env(),
+        )
+        started.append(worker)
+        if ready:
+            wait_for(lambda: "starting" in worker.output() or worker.popen.poll() is not None, 30)
+            assert worker.popen.poll() is None, worker.output()
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,30 @@
+"""Settings of the test suite: the demo's settings on a redis-server and a SQLite file of
+the suite's own. Child processes (Celery worker, delay workers) inherit the environment and
+use the same server and database file."""
+
+import atexit
+import os
+import tempfile
+
+if "DQ_TEST_REDIS_PORT" not in os.environ:
+    from tests.redis_server import RedisServer
+
+    _server = RedisServer().start()
+    atexit.register(_server.cleanup)
+    os.environ["DQ_TEST_REDIS_PORT"] = str(_server.port)
+    os.environ["DQ_TEST_REDIS_RUN_ID"] = str(_server.run_id)
+    os.environ["DQ_TEST_DIR"] = tempfile.mkdtemp(prefix="dq-test-")
+
+_port = os.environ["DQ_TEST_REDIS_PORT"]
+os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_port}/0"  # delayqueue: flushed between tests
+os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:{_port}/1"  # Celery's queues: never
+os.environ["DATABASE_URL"] = f"sqlite:///{os.environ['DQ_TEST_DIR']}/test.sqlite3"
+os.environ["ORDER_PAYMENT_TIMEOUT"] = "1800"
+
+from orders_demo.settings import *  # noqa: E402,F403
+
+DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"]}  # noqa: F405
+CELERY_IMPORTS = ["tests.jobs"]
+CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
+DELAYQUEUE = {"REDIS_URL": os.environ["REDIS_URL"], "SAFETY_POLL": 2.0}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
