@@ -105,8 +105,13 @@ def run_job(
     try:
         with redis_errors():
             scripts.ack(
-                [keys.job(job_id), keys.inflight, keys.scheduled, keys.dedupe,
-                 keys.stats(current_minute())],
+                [
+                    keys.job(job_id),
+                    keys.inflight,
+                    keys.scheduled,
+                    keys.dedupe,
+                    keys.stats(current_minute()),
+                ],
                 [job_id, token, STATS_TTL_SECONDS],
             )
     except RedisUnavailable:
@@ -124,10 +129,26 @@ def _record_failure(
     try:
         with redis_errors():
             outcome = get_scripts().fail(
-                [keys.job(job_id), keys.inflight, keys.scheduled, keys.dead, keys.dedupe,
-                 keys.stats(current_minute()), keys.job_prefix],
-                [job_id, token, backoff_ms(attempt, backoff), error, trace,
-                 config["MAX_ATTEMPTS"], config["DEAD_MAX"], STATS_TTL_SECONDS, keys.wake],
+                [
+                    keys.job(job_id),
+                    keys.inflight,
+                    keys.scheduled,
+                    keys.dead,
+                    keys.dedupe,
+                    keys.stats(current_minute()),
+                    keys.job_prefix,
+                ],
+                [
+                    job_id,
+                    token,
+                    backoff_ms(attempt, backoff),
+                    error,
+                    trace,
+                    config["MAX_ATTEMPTS"],
+                    config["DEAD_MAX"],
+                    STATS_TTL_SECONDS,
+                    keys.wake,
+                ],
             )
     except DelayQueueError:
         logger.exception("job %s failed and the failure could not be recorded", job_id)

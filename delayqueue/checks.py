@@ -15,44 +15,68 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages: list[CheckMessage] = []
     user = getattr(settings, "DELAYQUEUE", {})
     if not isinstance(user, dict):
-        return [Error("DELAYQUEUE must be a dict.", hint="DELAYQUEUE = {'REDIS_URL': ...}",
-                      id="delayqueue.E001")]
+        return [
+            Error(
+                "DELAYQUEUE must be a dict.",
+                hint="DELAYQUEUE = {'REDIS_URL': ...}",
+                id="delayqueue.E001",
+            )
+        ]
     unknown = sorted(set(user) - set(DEFAULTS))
     if unknown:
-        messages.append(Error(
-            f"DELAYQUEUE has unknown settings: {', '.join(unknown)}.",
-            hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
-            id="delayqueue.E002",
-        ))
+        messages.append(
+            Error(
+                f"DELAYQUEUE has unknown settings: {', '.join(unknown)}.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="delayqueue.E002",
+            )
+        )
     config = {**DEFAULTS, **user}
     url = config["REDIS_URL"] or getattr(settings, "CELERY_BROKER_URL", None)
     if url is not None and not str(url).startswith(("redis://", "rediss://", "unix://")):
-        messages.append(Error(
-            f"DELAYQUEUE['REDIS_URL'] {url!r} is not a Redis URL.",
-            hint="Use redis://host:port/db, rediss:// for TLS or unix:///path.",
-            id="delayqueue.E003",
-        ))
-    for name in ("BATCH_SIZE", "VISIBILITY_TIMEOUT", "MAX_ATTEMPTS", "MAX_DELAY",
-                 "MAX_PAYLOAD_BYTES", "SAFETY_POLL", "SOCKET_TIMEOUT", "DEAD_MAX"):
+        messages.append(
+            Error(
+                f"DELAYQUEUE['REDIS_URL'] {url!r} is not a Redis URL.",
+                hint="Use redis://host:port/db, rediss:// for TLS or unix:///path.",
+                id="delayqueue.E003",
+            )
+        )
+    for name in (
+        "BATCH_SIZE",
+        "VISIBILITY_TIMEOUT",
+        "MAX_ATTEMPTS",
+        "MAX_DELAY",
+        "MAX_PAYLOAD_BYTES",
+        "SAFETY_POLL",
+        "SOCKET_TIMEOUT",
+        "DEAD_MAX",
+    ):
         value = config[name]
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            messages.append(Error(
-                f"DELAYQUEUE['{name}'] must be a positive number, not {value!r}.",
-                hint=f"The default is {DEFAULTS[name]!r}.",
-                id="delayqueue.E004",
-            ))
+            messages.append(
+                Error(
+                    f"DELAYQUEUE['{name}'] must be a positive number, not {value!r}.",
+                    hint=f"The default is {DEFAULTS[name]!r}.",
+                    id="delayqueue.E004",
+                )
+            )
     if config["REDIS_URL"] is None and getattr(settings, "CELERY_BROKER_URL", None) is None:
-        messages.append(Warning(
-            "Neither DELAYQUEUE['REDIS_URL'] nor CELERY_BROKER_URL is set; delayqueue will use "
-            "redis://127.0.0.1:6379/0.",
-            hint="Set DELAYQUEUE = {'REDIS_URL': env('REDIS_URL')}.",
-            id="delayqueue.W001",
-        ))
+        messages.append(
+            Warning(
+                "Neither DELAYQUEUE['REDIS_URL'] nor CELERY_BROKER_URL is set; delayqueue will use "
+                "redis://127.0.0.1:6379/0.",
+                hint="Set DELAYQUEUE = {'REDIS_URL': env('REDIS_URL')}.",
+                id="delayqueue.W001",
+            )
+        )
     vt, safety = config["VISIBILITY_TIMEOUT"], config["SAFETY_POLL"]
     if isinstance(vt, int | float) and isinstance(safety, int | float) and vt <= safety:
-        messages.append(Warning(
-            "DELAYQUEUE['VISIBILITY_TIMEOUT'] is not longer than SAFETY_POLL; jobs may run twice.",
-            hint="Make VISIBILITY_TIMEOUT longer than your slowest task.",
-            id="delayqueue.W002",
-        ))
+        messages.append(
+            Warning(
+                "DELAYQUEUE['VISIBILITY_TIMEOUT'] is not longer than SAFETY_POLL; "
+                "jobs may run twice.",
+                hint="Make VISIBILITY_TIMEOUT longer than your slowest task.",
+                id="delayqueue.W002",
+            )
+        )
     return messages

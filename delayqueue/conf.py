@@ -47,7 +47,9 @@ def get_config() -> dict[str, Any]:
     user: dict[str, Any] = getattr(settings, "DELAYQUEUE", {}) or {}
     config = {**DEFAULTS, **user}
     if config["REDIS_URL"] is None:
-        config["REDIS_URL"] = getattr(settings, "CELERY_BROKER_URL", None) or "redis://127.0.0.1:6379/0"
+        config["REDIS_URL"] = (
+            getattr(settings, "CELERY_BROKER_URL", None) or "redis://127.0.0.1:6379/0"
+        )
     return config
 
 

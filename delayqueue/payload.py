@@ -49,7 +49,9 @@ def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) 
     _check(list(args), "args")
     _check(dict(kwargs), "kwargs")
     args_json = json.dumps(list(args), separators=(",", ":"), ensure_ascii=False)
-    kwargs_json = json.dumps(dict(kwargs), separators=(",", ":"), ensure_ascii=False) if kwargs else ""
+    kwargs_json = (
+        json.dumps(dict(kwargs), separators=(",", ":"), ensure_ascii=False) if kwargs else ""
+    )
     size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > max_bytes:
         raise PayloadTooLarge(

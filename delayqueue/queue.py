@@ -20,10 +20,10 @@ from delayqueue.conf import get_config
 from delayqueue.connection import (
     get_redis,
     get_scripts,
-    run_pipelined,
     queue_keys,
     redis_errors,
     remember_queue,
+    run_pipelined,
 )
 from delayqueue.errors import DelayQueueError, InvalidJobId
 from delayqueue.keys import check_job_id, check_queue_name

@@ -37,7 +37,7 @@ def delay_seconds(
             "give exactly one of seconds=, minutes=, hours=, days= or delta= "
             f"(got {', '.join(given) or 'none'})"
         )
-    (name, value), = given.items()
+    ((name, value),) = given.items()
     if name == "delta":
         return value  # checked by to_due()
     if isinstance(value, bool) or not isinstance(value, int | float):

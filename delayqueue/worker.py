@@ -19,10 +19,10 @@ from typing import Any
 
 import redis
 from celery import Celery
-from kombu.exceptions import OperationalError
 from redis.client import PubSub
 from ulid import ULID
 
+from delayqueue.broker import PublishError, TaskMessage, publisher_for
 from delayqueue.celery import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, get_celery_app
 from delayqueue.conf import get_config
 from delayqueue.connection import (
@@ -83,6 +83,7 @@ class DelayWorker:
         self.visibility_ms = int(float(visibility_timeout or config["VISIBILITY_TIMEOUT"]) * 1000)
         self.safety_poll = float(config["SAFETY_POLL"])
         self.app = celery_app or get_celery_app()
+        self.publisher = publisher_for(self.app)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
         self.stopping = False
         self.outage_backoff = 0.0
@@ -122,8 +123,10 @@ class DelayWorker:
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, frame: FrameType | None) -> None:
             if self.stopping:
-                logger.warning("second signal: exiting now (claimed jobs return after their "
-                               "visibility timeout)")
+                logger.warning(
+                    "second signal: exiting now (claimed jobs return after their "
+                    "visibility timeout)"
+                )
                 os._exit(1)
             logger.info("signal %s: stopping after the current batch", signum)
             self.stopping = True
@@ -140,17 +143,27 @@ class DelayWorker:
         calls: list[Any] = []
         for queue in self.queues:
             keys = queue_keys(queue)
-            calls.append((
-                scripts.reap,
-                [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe],
-                [self.batch_size, config["MAX_ATTEMPTS"]],
-            ))
-            calls.append((
-                scripts.claim,
-                [keys.scheduled, keys.inflight, keys.job_prefix, keys.paused,
-                 keys.stats(current_minute()), keys.dead],
-                [self.batch_size, self.visibility_ms, STATS_TTL_SECONDS],
-            ))
+            calls.append(
+                (
+                    scripts.reap,
+                    [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe],
+                    [self.batch_size, config["MAX_ATTEMPTS"]],
+                )
+            )
+            calls.append(
+                (
+                    scripts.claim,
+                    [
+                        keys.scheduled,
+                        keys.inflight,
+                        keys.job_prefix,
+                        keys.paused,
+                        keys.stats(current_minute()),
+                        keys.dead,
+                    ],
+                    [self.batch_size, self.visibility_ms, STATS_TTL_SECONDS],
+                )
+            )
         if not calls:
             return PassResult(wait_ms=self.safety_poll * 1000)
         started = time.monotonic()
@@ -163,8 +176,12 @@ class DelayWorker:
                 if isinstance(reply, Exception):
                     raise DelayQueueError(f"queue {queue}: Redis script error: {reply}")
             if reaped[0] or reaped[1]:
-                logger.warning("queue %s: %s in-flight jobs timed out and were rescheduled, "
-                               "%s moved to dead", queue, reaped[0], reaped[1])
+                logger.warning(
+                    "queue %s: %s in-flight jobs timed out and were rescheduled, %s moved to dead",
+                    queue,
+                    reaped[0],
+                    reaped[1],
+                )
             now, next_due, next_deadline, _paused, jobs = claim
             result.full = result.full or len(jobs) >= self.batch_size
             for point in (int(next_due), int(next_deadline)):
@@ -183,63 +200,81 @@ class DelayWorker:
 
     def dispatch(self, jobs: list[Claimed]) -> None:
         """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
-        refuses, the rest of the batch goes back to scheduled with a backoff."""
-        with self.app.producer_or_acquire() as producer:
-            for index, job in enumerate(jobs):
-                try:
-                    args, kwargs = decode_args(job.args_json, job.kwargs_json)
-                except CorruptJob as exc:
-                    self._bury(job, f"corrupt job data: {exc}")
-                    continue
-                target = self.app.tasks.get(job.task)
-                if target is None:
-                    self._bury(job, f"unknown task {job.task!r}: no Celery task has this name")
-                    continue
-                name, call_args, call_kwargs = job.task, args, kwargs
-                if not isinstance(target, DelayedTask):
-                    name, call_args, call_kwargs = RUN_TASK, [job.task, args, kwargs], {}
-                try:
-                    self.app.send_task(
-                        name,
-                        args=call_args,
-                        kwargs=call_kwargs,
-                        headers={HEADER_QUEUE: job.queue, HEADER_ID: job.id,
-                                 HEADER_TOKEN: job.token},
-                        route_name=job.task,
-                        producer=producer,
-                        ignore_result=True,
-                    )
-                except (OperationalError, OSError) as exc:
-                    self._broker_outage(jobs[index:], exc)
-                    return
-                self.dispatched += 1
-                logger.debug("dispatched %s %s (attempt %s)", job.task, job.id, job.attempt)
+        refuses, the jobs not yet published go back to scheduled with a backoff."""
+        sendable: list[Claimed] = []
+        messages: list[TaskMessage] = []
+        for job in jobs:
+            try:
+                args, kwargs = decode_args(job.args_json, job.kwargs_json)
+            except CorruptJob as exc:
+                self._bury(job, f"corrupt job data: {exc}")
+                continue
+            target = self.app.tasks.get(job.task)
+            if target is None:
+                self._bury(job, f"unknown task {job.task!r}: no Celery task has this name")
+                continue
+            headers = {HEADER_QUEUE: job.queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
+            if isinstance(target, DelayedTask):
+                messages.append(TaskMessage(job.task, args, kwargs, headers, job.task))
+            else:
+                messages.append(
+                    TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
+                )
+            sendable.append(job)
+        if not messages:
+            return
+        try:
+            self.publisher.publish(messages)
+        except PublishError as exc:
+            self.dispatched += exc.published
+            self._broker_outage(sendable[exc.published :], exc.cause)
+            return
+        self.dispatched += len(messages)
         self.outage_backoff = 0.0
+        logger.debug("dispatched %s jobs", len(messages))
 
     def _bury(self, job: Claimed, reason: str) -> None:
         keys = queue_keys(job.queue)
         logger.error("job %s on %s moved to dead: %s", job.id, job.queue, reason)
         with redis_errors():
             get_scripts().bury(
-                [keys.job(job.id), keys.inflight, keys.scheduled, keys.dead, keys.dedupe,
-                 keys.stats(current_minute())],
+                [
+                    keys.job(job.id),
+                    keys.inflight,
+                    keys.scheduled,
+                    keys.dead,
+                    keys.dedupe,
+                    keys.stats(current_minute()),
+                ],
                 [job.id, reason, STATS_TTL_SECONDS],
             )
 
-    def _broker_outage(self, jobs: list[Claimed], exc: Exception) -> None:
+    def _broker_outage(self, jobs: list[Claimed], exc: BaseException) -> None:
         self.outage_backoff = min(30.0, max(1.0, self.outage_backoff * 2))
-        logger.error("Celery broker refused a dispatch (%s); %s jobs go back to scheduled "
-                     "for %.0f s", exc, len(jobs), self.outage_backoff)
+        logger.error(
+            "Celery broker refused a dispatch (%s); %s jobs go back to scheduled for %.0f s",
+            exc,
+            len(jobs),
+            self.outage_backoff,
+        )
         scripts = get_scripts()
         calls: list[Any] = []
         for job in jobs:
             keys = queue_keys(job.queue)
-            calls.append((
-                scripts.release,
-                [keys.job(job.id), keys.inflight, keys.scheduled],
-                [job.id, job.token, int(self.outage_backoff * 1000), 1,
-                 f"broker unavailable: {exc}"[:500], keys.wake],
-            ))
+            calls.append(
+                (
+                    scripts.release,
+                    [keys.job(job.id), keys.inflight, keys.scheduled],
+                    [
+                        job.id,
+                        job.token,
+                        int(self.outage_backoff * 1000),
+                        1,
+                        f"broker unavailable: {exc}"[:500],
+                        keys.wake,
+                    ],
+                )
+            )
         with redis_errors():
             run_pipelined(calls)
 
@@ -258,8 +293,9 @@ class DelayWorker:
                 time.sleep(min(remaining, 0.25))
                 continue
             try:
-                message = pubsub.get_message(ignore_subscribe_messages=True,
-                                             timeout=min(remaining, 0.25))
+                message = pubsub.get_message(
+                    ignore_subscribe_messages=True, timeout=min(remaining, 0.25)
+                )
             except (redis.RedisError, OSError) as exc:
                 logger.warning("wake channel lost (%s); sleeping without it", exc)
                 self._pubsub, self._subscribed = None, set()
@@ -280,13 +316,16 @@ class DelayWorker:
                 client = get_redis()
                 g = global_keys()
                 pipe = client.pipeline(transaction=False)
-                pipe.hset(g.worker(self.id), mapping={
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "queues": ",".join(self.queues),
-                    "dispatched": self.dispatched,
-                    "beat": int(time.time() * 1000),
-                })
+                pipe.hset(
+                    g.worker(self.id),
+                    mapping={
+                        "host": socket.gethostname(),
+                        "pid": os.getpid(),
+                        "queues": ",".join(self.queues),
+                        "dispatched": self.dispatched,
+                        "beat": int(time.time() * 1000),
+                    },
+                )
                 pipe.expire(g.worker(self.id), HEARTBEAT_TTL_SECONDS)
                 pipe.zadd(g.workers, {self.id: int(time.time() * 1000)})
                 pipe.execute()

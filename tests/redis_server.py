@@ -64,8 +64,14 @@ class RedisServer:
                 return self
             except redis.ConnectionError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    log = (self.dir / "redis.log").read_text() if (self.dir / "redis.log").exists() else ""
-                    raise RuntimeError(f"redis-server did not start on {self.port}: {log}") from None
+                    log = (
+                        (self.dir / "redis.log").read_text()
+                        if (self.dir / "redis.log").exists()
+                        else ""
+                    )
+                    raise RuntimeError(
+                        f"redis-server did not start on {self.port}: {log}"
+                    ) from None
                 time.sleep(0.02)
 
     def stop(self, *, kill: bool = False) -> None:

@@ -50,7 +50,9 @@ class Command(BaseCommand):
         if timeout is not None and not timeout > 0:
             raise CommandError("--visibility-timeout must be a positive number of seconds")
         try:
-            worker = DelayWorker(queues, batch_size=options["batch_size"], visibility_timeout=timeout)
+            worker = DelayWorker(
+                queues, batch_size=options["batch_size"], visibility_timeout=timeout
+            )
         except DelayQueueError as exc:
             raise CommandError(str(exc)) from exc
         connections.close_all()  # the loop never touches the database
