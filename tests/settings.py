@@ -17,7 +17,10 @@ if "DQ_TEST_REDIS_PORT" not in os.environ:
 
 _port = os.environ["DQ_TEST_REDIS_PORT"]
 os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_port}/0"  # delayqueue: flushed between tests
-os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:{_port}/1"  # Celery's queues: never
+# Celery's queues (db 1: never flushed; chaos tests may point it at a broker of their own)
+os.environ["CELERY_BROKER_URL"] = os.environ.get(
+    "DQ_TEST_BROKER_URL", f"redis://127.0.0.1:{_port}/1"
+)
 os.environ["DATABASE_URL"] = f"sqlite:///{os.environ['DQ_TEST_DIR']}/test.sqlite3"
 os.environ["ORDER_PAYMENT_TIMEOUT"] = "1800"
 
