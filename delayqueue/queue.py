@@ -98,8 +98,6 @@ def spec(
     fields = ["task", name, "args", args_json, "max", str(attempts)]
     if kwargs_json:
         fields += ["kwargs", kwargs_json]
-    if key is not None:
-        fields += ["key", key]
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise DelayQueueError(f"visibility_timeout must be positive seconds, not {timeout!r}")

@@ -10,7 +10,7 @@
 -- ARGV[4] dedupe key, "" for none
 -- ARGV[5] on conflict: "keep" or "replace"
 -- ARGV[6] wake channel, published when this job becomes the earliest
--- ARGV[7..] job hash field, value, field, value, ...
+-- ARGV[7..] job hash field, value, field, value, ... (the script adds 'key')
 -- Returns {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -25,6 +25,10 @@ end
 
 local fields = {}
 for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+if key ~= '' then
+  fields[#fields + 1] = 'key'
+  fields[#fields + 1] = key
+end
 
 if key ~= '' then
   local existing = redis.call('HGET', KEYS[4], key)

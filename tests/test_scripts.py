@@ -1,0 +1,302 @@
+"""Each Lua transition, run directly against the suite's Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from delayqueue.connection import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
+
+Q = queue_keys("t")
+WAKE = Q.wake
+
+
+def enqueue(
+    job_id: str, delay_ms: int = 0, key: str = "", conflict: str = "keep", *fields: str
+) -> list[Any]:
+    base = ["task", "tests.jobs.record", "args", '["x"]', "max", "3"]
+    return get_scripts().enqueue(
+        [Q.job(job_id), Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix],
+        [job_id, "delay", delay_ms, key, conflict, WAKE, *base, *fields],
+    )
+
+
+def claim(limit: int = 10, visibility_ms: int = 60_000) -> list[Any]:
+    return get_scripts().claim(
+        [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, Q.stats(current_minute()), Q.dead],
+        [limit, visibility_ms, STATS_TTL_SECONDS],
+    )
+
+
+def ack(job_id: str, token: str) -> int:
+    return get_scripts().ack(
+        [Q.job(job_id), Q.inflight, Q.scheduled, Q.dedupe, Q.stats(current_minute())],
+        [job_id, token, STATS_TTL_SECONDS],
+    )
+
+
+def fail(job_id: str, token: str, backoff_ms: int = 0, max_attempts: int = 3) -> str:
+    return get_scripts().fail(
+        [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, Q.stats(current_minute()),
+         Q.job_prefix],
+        [job_id, token, backoff_ms, "ValueError: boom", "Traceback...", max_attempts, 100,
+         STATS_TTL_SECONDS, WAKE],
+    )  # fmt: skip
+
+
+def reap(limit: int = 100) -> list[int]:
+    return get_scripts().reap(
+        [Q.inflight, Q.scheduled, Q.dead, Q.job_prefix, Q.dedupe], [limit, 3]
+    )
+
+
+def test_enqueue_writes_hash_and_due_time_from_redis_clock(r: redis.Redis) -> None:
+    before = int(r.time()[0]) * 1000
+    job_id, due, outcome, state = enqueue("A", 5000)
+    assert (job_id, outcome, state) == ("A", "created", "scheduled")
+    assert before + 5000 <= int(due) <= before + 7000
+    assert r.zscore(Q.scheduled, "A") == int(due)
+    assert r.hgetall(Q.job("A")) == {"task": "tests.jobs.record", "args": '["x"]', "max": "3"}
+
+
+def test_enqueue_publishes_wake_only_for_a_new_earliest_job(r: redis.Redis) -> None:
+    pubsub = r.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(WAKE)
+    pubsub.get_message(timeout=1)  # the subscribe confirmation
+    enqueue("A", 10_000)
+    assert pubsub.get_message(timeout=1) is not None
+    enqueue("B", 20_000)  # later than the head: no wake
+    assert pubsub.get_message(timeout=0.2) is None
+    enqueue("C", 1_000)  # new head
+    assert pubsub.get_message(timeout=1) is not None
+    pubsub.close()
+
+
+def test_dedupe_keep_returns_the_existing_job(r: redis.Redis) -> None:
+    enqueue("A", 5000, "k")
+    job_id, due, outcome, _ = enqueue("B", 60_000, "k")
+    assert (job_id, outcome) == ("A", "kept")
+    assert r.zcard(Q.scheduled) == 1 and not r.exists(Q.job("B"))
+    assert r.hget(Q.dedupe, "k") == "A"
+    assert int(due) == r.zscore(Q.scheduled, "A")
+
+
+def test_dedupe_replace_moves_the_job_and_takes_new_args(r: redis.Redis) -> None:
+    enqueue("A", 5000, "k")
+    job_id, due, outcome, _ = enqueue("B", 60_000, "k", "replace", "kwargs", '{"n":1}')
+    assert (job_id, outcome) == ("A", "replaced")
+    assert r.zscore(Q.scheduled, "A") == int(due)
+    assert r.hget(Q.job("A"), "kwargs") == '{"n":1}'
+    assert r.zcard(Q.scheduled) == 1 and not r.exists(Q.job("B"))
+
+
+def test_dedupe_key_of_an_inflight_job(r: redis.Redis) -> None:
+    enqueue("A", 0, "k")
+    claim()
+    kept = enqueue("B", 0, "k")
+    assert (kept[0], kept[2], kept[3]) == ("A", "kept", "inflight")
+    assert not r.exists(Q.job("B"))
+    # replace while the first run is in flight: a new job owns the key
+    job_id, _, outcome, state = enqueue("C", 0, "k", "replace")
+    assert (job_id, outcome, state) == ("C", "created", "scheduled")
+    assert r.hget(Q.dedupe, "k") == "C"
+
+
+def test_cancel_by_id_and_by_key(r: redis.Redis) -> None:
+    enqueue("A", 5000)
+    enqueue("B", 5000, "k")
+    cancel = get_scripts().cancel
+    assert cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["A", ""]) == [1, "A"]
+    assert cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["", "k"]) == [1, "B"]
+    assert r.zcard(Q.scheduled) == 0 and r.hlen(Q.dedupe) == 0
+    assert not r.exists(Q.job("A"), Q.job("B"))
+    assert cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["A", ""]) == [0, "A"]
+    assert cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["", "k"]) == [0, ""]
+
+
+def test_cancel_leaves_an_inflight_job_alone(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    claim()
+    assert get_scripts().cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["A", ""])[0] == 0
+    assert r.zscore(Q.inflight, "A") is not None and r.exists(Q.job("A"))
+
+
+def test_reschedule_moves_only_scheduled_jobs(r: redis.Redis) -> None:
+    enqueue("A", 60_000, "k")
+    now = int(r.time()[0]) * 1000
+    job_id, due = get_scripts().reschedule(
+        [Q.scheduled, Q.dedupe], ["", "k", "delay", 1000, WAKE]
+    )
+    assert job_id == "A" and now + 1000 <= due <= now + 3000
+    assert r.zscore(Q.scheduled, "A") == due
+    claim_at = time.monotonic()
+    while not claim()[4]:
+        assert time.monotonic() - claim_at < 5
+        time.sleep(0.05)
+    assert get_scripts().reschedule([Q.scheduled, Q.dedupe], ["A", "", "delay", 0, WAKE]) == [
+        "A",
+        -1,
+    ]
+
+
+def test_claim_takes_due_jobs_in_due_order_up_to_the_limit(r: redis.Redis) -> None:
+    for i, delay in enumerate([0, 0, 0, 60_000]):
+        enqueue(f"J{i}", delay)
+    r.zadd(Q.scheduled, {"J2": 1, "J0": 2, "J1": 3})  # due long ago, in this order
+    now, next_due, next_deadline, paused, jobs = claim(limit=2, visibility_ms=30_000)
+    assert [j[0] for j in jobs] == ["J2", "J0"]
+    assert paused == 0 and next_due == 3
+    assert jobs[0][1:4] == [1, 1, "tests.jobs.record"]  # token, attempt, task
+    assert r.zscore(Q.inflight, "J2") == now + 30_000 == next_deadline
+    assert r.zcard(Q.scheduled) == 2  # J1 and the future J3
+    assert [j[0] for j in claim(limit=10)[4]] == ["J1"]
+    assert r.hget(Q.stats(current_minute()), "dispatched") == "3"
+
+
+def test_claim_honours_per_job_visibility_and_pause(r: redis.Redis) -> None:
+    enqueue("A", 0, "", "keep", "vt", "1234")
+    r.set(Q.paused, "1")
+    assert claim()[3] == 1 and r.zcard(Q.scheduled) == 1
+    r.delete(Q.paused)
+    now, *_ = claim()
+    assert r.zscore(Q.inflight, "A") == now + 1234
+
+
+def test_claim_moves_a_job_without_data_to_dead(r: redis.Redis) -> None:
+    r.zadd(Q.scheduled, {"GHOST": 0})
+    assert claim()[4] == []
+    assert r.zscore(Q.dead, "GHOST") is not None
+    assert "missing" in str(r.hget(Q.job("GHOST"), "why"))
+
+
+def test_ack_removes_the_job_and_its_key(r: redis.Redis) -> None:
+    enqueue("A", 0, "k")
+    token = str(claim()[4][0][1])
+    assert ack("A", "999") == 0  # stale token: nothing happens
+    assert r.exists(Q.job("A"))
+    assert ack("A", token) == 1
+    assert not r.exists(Q.job("A")) and r.zcard(Q.inflight) == 0 and r.hlen(Q.dedupe) == 0
+    assert r.hget(Q.stats(current_minute()), "acked") == "1"
+
+
+def test_ack_keeps_a_key_that_moved_to_a_newer_job(r: redis.Redis) -> None:
+    enqueue("A", 0, "k")
+    token = str(claim()[4][0][1])
+    enqueue("B", 0, "k", "replace")
+    assert ack("A", token) == 1
+    assert r.hget(Q.dedupe, "k") == "B"
+
+
+def test_begin_checks_the_fencing_token(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    token = str(claim(visibility_ms=1_000)[4][0][1])
+    begin = get_scripts().begin
+    assert begin([Q.job("A"), Q.inflight], ["A", "0", 60_000]) == [0]
+    started = begin([Q.job("A"), Q.inflight], ["A", token, 60_000])
+    assert started[0] == 1 and started[1] == 1
+    # the deadline restarts from the start of the run
+    assert r.zscore(Q.inflight, "A") >= int(r.time()[0]) * 1000 + 50_000
+
+
+def test_stale_token_after_a_redispatch_cannot_ack_or_fail(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    old = str(claim(visibility_ms=0)[4][0][1])
+    assert reap() == [1, 0]
+    new = str(claim()[4][0][1])
+    assert new != old
+    assert get_scripts().begin([Q.job("A"), Q.inflight], ["A", old, 60_000]) == [0]
+    assert fail("A", old) == "stale" and ack("A", old) == 0
+    assert r.zscore(Q.inflight, "A") is not None
+    assert ack("A", new) == 1
+
+
+def test_fail_retries_with_backoff_then_moves_to_dead(r: redis.Redis) -> None:
+    enqueue("A", 0, "k")
+    for attempt in (1, 2):
+        token = str(claim()[4][0][1])
+        now = int(r.time()[0]) * 1000
+        assert fail("A", token, backoff_ms=0) == "retry"
+        assert now - 1000 <= r.zscore(Q.scheduled, "A") <= now + 2000
+    token = str(claim()[4][0][1])
+    assert fail("A", token) == "dead"
+    assert r.zscore(Q.dead, "A") is not None and r.zcard(Q.scheduled) == 0
+    job = r.hgetall(Q.job("A"))
+    assert job["err"] == "ValueError: boom" and job["tb"] == "Traceback..."
+    assert job["why"] == "failed 3 of 3 attempts"
+    assert [h["outcome"] for h in json.loads(job["hist"])] == ["failed"] * 3
+    assert r.hlen(Q.dedupe) == 0  # the key is free for a new job
+
+
+def test_fail_backoff_sets_the_next_due_time(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    token = str(claim()[4][0][1])
+    now = int(r.time()[0]) * 1000
+    assert fail("A", token, backoff_ms=30_000) == "retry"
+    assert now + 29_000 <= r.zscore(Q.scheduled, "A") <= now + 32_000
+
+
+def test_reap_returns_expired_jobs_and_buries_exhausted_ones(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    enqueue("B", 0, "", "keep")
+    r.hset(Q.job("B"), "max", 1)
+    claim(visibility_ms=0)
+    assert reap() == [1, 1]
+    assert r.zscore(Q.scheduled, "A") is not None
+    assert r.zscore(Q.dead, "B") is not None
+    assert "visibility timeout" in str(r.hget(Q.job("B"), "why"))
+    assert json.loads(str(r.hget(Q.job("A"), "hist")))[0]["outcome"] == "timed out"
+
+
+def test_reap_leaves_jobs_whose_deadline_is_ahead(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    claim(visibility_ms=60_000)
+    assert reap() == [0, 0]
+    assert r.zscore(Q.inflight, "A") is not None
+
+
+def test_release_gives_the_attempt_back(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    token = str(claim()[4][0][1])
+    release = get_scripts().release
+    keys = [Q.job("A"), Q.inflight, Q.scheduled]
+    assert release(keys, ["A", "999", 1000, 1, "broker down", WAKE]) == 0
+    assert release(keys, ["A", token, 1000, 1, "broker down", WAKE]) == 1
+    assert r.hget(Q.job("A"), "att") == "0" and r.zscore(Q.scheduled, "A") is not None
+    assert release(keys, ["A", "", 0, 0, "again", WAKE]) == 0  # no longer in flight
+
+
+def test_bury_requeue_and_purge(r: redis.Redis) -> None:
+    enqueue("A", 0, "k")
+    enqueue("B", 0)
+    s = get_scripts()
+    stats = Q.stats(current_minute())
+    for job_id in ("A", "B"):
+        keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, stats]
+        assert s.bury(keys, [job_id, "unknown task", STATS_TTL_SECONDS]) == 1
+    assert r.zcard(Q.dead) == 2 and r.zcard(Q.scheduled) == 0 and r.hlen(Q.dedupe) == 0
+    assert s.requeue([Q.job("A"), Q.dead, Q.scheduled, Q.dedupe], ["A", 0, WAKE]) == 1
+    assert r.hget(Q.dedupe, "k") == "A" and r.hget(Q.job("A"), "att") == "0"
+    assert s.requeue([Q.job("A"), Q.dead, Q.scheduled, Q.dedupe], ["A", 0, WAKE]) == 0
+    assert s.purge([Q.dead, Q.job_prefix], ["ids", "B", "NOPE"]) == 1
+    assert not r.exists(Q.job("B")) and r.zcard(Q.dead) == 0
+
+
+def test_purge_oldest(r: redis.Redis) -> None:
+    for i in range(5):
+        r.hset(Q.job(f"D{i}"), "task", "t")
+        r.zadd(Q.dead, {f"D{i}": i})
+    assert get_scripts().purge([Q.dead, Q.job_prefix], ["oldest", 3]) == 3
+    assert r.zrange(Q.dead, 0, -1) == ["D3", "D4"]
+    assert not r.exists(Q.job("D0")) and r.exists(Q.job("D4"))
+
+
+@pytest.mark.parametrize("name", ["enqueue", "claim", "fail", "reap", "ack"])
+def test_every_script_declares_its_keys_in_a_header(name: str) -> None:
+    from delayqueue.scripts import load_source
+
+    source = load_source(name)
+    assert source.startswith("-- ") and "KEYS[1]" in source.split("local", 1)[0]
