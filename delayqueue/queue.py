@@ -139,7 +139,8 @@ def _write(specs: list[JobSpec]) -> None:
 
 
 def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
-    if on_commit:
+    # Outside atomic() there is nothing to wait for (and no need to touch the database).
+    if on_commit and transaction.get_connection(using).in_atomic_block:
         transaction.on_commit(lambda: _write(specs), using=using)
     else:
         _write(specs)

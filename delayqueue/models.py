@@ -1,0 +1,24 @@
+"""The admin's handle on delayed jobs: a model with no table, there for the sidebar entry and
+the permission rows. The jobs themselves live in Redis (see browse.py and operations.py)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class DelayedJob(models.Model):
+    """Never queried: ``managed = False`` and no table. Only its permissions are used."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("view_jobs", "Can see delayed jobs and queues"),
+            ("change_jobs", "Can run, reschedule, cancel, retry jobs and pause queues"),
+            ("delete_jobs", "Can delete dead jobs and purge dead queues"),
+        ]
+        verbose_name = "delayed job"
+        verbose_name_plural = "delayed jobs"
+
+    def __str__(self) -> str:
+        return f"delayed job {self.pk}"

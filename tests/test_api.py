@@ -1,0 +1,212 @@
+"""The client API: scheduling, idempotency, transactions and every bad input."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import redis
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+import delayqueue
+from delayqueue import connection
+from orders_demo.models import Product
+from tests import jobs
+
+SCHEDULED = "dq:{tests}:scheduled"
+
+
+def redis_now_ms(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_delay_for_schedules_at_redis_now_plus_delay(r: redis.Redis) -> None:
+    before = redis_now_ms(r)
+    job = jobs.record.delay_for("a", minutes=2, on_commit=False)
+    after = redis_now_ms(r)
+    assert job.state == "scheduled" and job.outcome == "created" and job.queue == "tests"
+    score = r.zscore(SCHEDULED, job.id)
+    assert score is not None and before + 120_000 <= score <= after + 120_000
+    assert job.due_at is not None and int(job.due_at.timestamp() * 1000) == score
+    assert r.hget(f"dq:{{tests}}:job:{job.id}", "args") == '["a"]'
+    assert r.sismember("dq:queues", "tests")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "ms"),
+    [
+        ({"seconds": 1.5}, 1500),
+        ({"minutes": 1}, 60_000),
+        ({"hours": 1}, 3_600_000),
+        ({"days": 1}, 86_400_000),
+        ({"delta": timedelta(seconds=90)}, 90_000),
+    ],
+)
+def test_each_delay_unit(r: redis.Redis, kwargs: dict[str, object], ms: int) -> None:
+    before = redis_now_ms(r)
+    job = jobs.record.delay_for("a", on_commit=False, **kwargs)  # type: ignore[arg-type]
+    score = r.zscore(SCHEDULED, job.id)
+    assert score is not None and before + ms <= score <= before + ms + 2000
+
+
+def test_delay_until_uses_the_given_instant(r: redis.Redis) -> None:
+    eta = timezone.now() + timedelta(hours=3)
+    job = jobs.record.delay_until("a", eta=eta, on_commit=False)
+    assert r.zscore(SCHEDULED, job.id) == math.floor(eta.timestamp() * 1000)
+
+
+def test_function_kwargs_pass_through(r: redis.Redis) -> None:
+    job = jobs.record.delay_for(tag="kw", seconds=5, on_commit=False)
+    assert r.hget(f"dq:{{tests}}:job:{job.id}", "kwargs") == '{"tag":"kw"}'
+    # `seconds` is reserved by delay_for; a function taking it is scheduled with enqueue():
+    job = delayqueue.enqueue(jobs.slow, ("t",), {"seconds": 0.1}, delay=5, on_commit=False)
+    assert r.hget(f"dq:{{tests}}:job:{job.id}", "kwargs") == '{"seconds":0.1}'
+
+
+def test_enqueue_by_name_for_a_plain_celery_task(r: redis.Redis) -> None:
+    job = delayqueue.enqueue("tests.jobs.plain", ["p"], delay=10, queue="misc", on_commit=False)
+    assert job.task == "tests.jobs.plain" and job.queue == "misc"
+    assert r.zscore("dq:{misc}:scheduled", job.id) is not None
+
+
+def test_key_keep_and_replace(r: redis.Redis) -> None:
+    first = jobs.record.delay_for("a", seconds=60, key="k", on_commit=False)
+    kept = jobs.record.delay_for("b", seconds=600, key="k", on_commit=False)
+    assert kept.id == first.id and kept.outcome == "kept" and r.zcard(SCHEDULED) == 1
+    moved = jobs.record.delay_for("c", seconds=600, key="k", on_conflict="replace", on_commit=False)
+    assert moved.id == first.id and moved.outcome == "replaced"
+    assert r.hget(f"dq:{{tests}}:job:{first.id}", "args") == '["c"]'
+    assert moved.due_at is not None and first.due_at is not None
+    assert moved.due_at - first.due_at > timedelta(seconds=500)
+
+
+def test_cancel_and_reschedule_by_key_and_id(r: redis.Redis) -> None:
+    job = jobs.record.delay_for("a", hours=1, key="order:1", on_commit=False)
+    moved = jobs.record.reschedule(key="order:1", seconds=5)
+    assert moved is not None and moved.id == job.id and moved.task == "tests.jobs.record"
+    assert moved.due_at is not None and job.due_at is not None and moved.due_at < job.due_at
+    assert jobs.record.cancel(key="order:1") is True
+    assert jobs.record.cancel(key="order:1") is False
+    assert jobs.record.reschedule(job.id, seconds=5) is None
+    other = jobs.record.delay_for("b", hours=1, on_commit=False)
+    assert other.cancel() is True and r.zcard(SCHEDULED) == 0
+
+
+def test_delay_many_writes_a_batch(r: redis.Redis) -> None:
+    created = jobs.record.delay_many([(f"j{i}",) for i in range(300)], seconds=30, on_commit=False)
+    assert len({job.id for job in created}) == 300 and r.zcard(SCHEDULED) == 300
+    specs = [
+        delayqueue.spec(jobs.record, [i], delay=i, key=f"k{i % 10}", queue="batch")
+        for i in range(50)
+    ]
+    written = delayqueue.delay_many(specs, on_commit=False)
+    assert r.zcard("dq:{batch}:scheduled") == 10
+    assert sum(job.outcome == "created" for job in written) == 10
+
+
+def test_delay_many_survives_a_script_flush(r: redis.Redis) -> None:
+    jobs.record.delay_many([("a",), ("b",)], seconds=30, on_commit=False)
+    r.script_flush()
+    jobs.record.delay_many([("c",), ("d",)], seconds=30, on_commit=False)
+    assert r.zcard(SCHEDULED) == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_commit_writes_after_commit_and_never_on_rollback(r: redis.Redis) -> None:
+    with transaction.atomic():
+        job = jobs.record.delay_for("a", seconds=60)
+        assert job.state == "pending" and r.zcard(SCHEDULED) == 0
+    assert job.state == "scheduled" and r.zscore(SCHEDULED, job.id) is not None
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Product.objects.create(name="x", price=Decimal("1.00"), stock=1)
+        rolled_back = jobs.record.delay_for("b", seconds=60)
+        raise RuntimeError("rollback")
+    assert rolled_back.state == "pending" and r.zcard(SCHEDULED) == 1
+
+
+def test_outside_a_transaction_the_write_is_immediate(r: redis.Redis) -> None:
+    job = jobs.record.delay_for("a", seconds=60)
+    assert job.state == "scheduled" and r.zcard(SCHEDULED) == 1
+
+
+# ---- bad input: a clear error at the call, nothing in Redis ------------------------------
+
+
+class Thing:
+    pass
+
+
+BAD_CALLS = [
+    (lambda: jobs.record.delay_for(Thing(), seconds=1), delayqueue.NotSerializable),
+    (lambda: jobs.record.delay_for({1, 2}, seconds=1), delayqueue.NotSerializable),
+    (lambda: jobs.record.delay_for(datetime.now(), seconds=1), delayqueue.NotSerializable),
+    (lambda: jobs.record.delay_for(float("nan"), seconds=1), delayqueue.NotSerializable),
+    (lambda: jobs.record.delay_for({1: "int key"}, seconds=1), delayqueue.NotSerializable),
+    (lambda: jobs.record.delay_for(b"bytes", seconds=1), delayqueue.NotSerializable),
+    (lambda: jobs.record.delay_for("x" * 70_000, seconds=1), delayqueue.PayloadTooLarge),
+    (lambda: jobs.record.delay_for("a", seconds=-1), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_for("a", seconds=float("inf")), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_for("a", seconds=float("nan")), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_for("a", seconds="10"), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_for("a", seconds=True), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_for("a"), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_for("a", seconds=1, minutes=1), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_for("a", days=400), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_until("a", eta=datetime(2030, 1, 1)), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_until("a", eta="2030-01-01"), delayqueue.InvalidDelay),
+    (lambda: delayqueue.enqueue("no.such.task", delay=1), delayqueue.UnknownTask),
+    (lambda: delayqueue.enqueue(42, delay=1), delayqueue.UnknownTask),  # type: ignore[arg-type]
+    (lambda: delayqueue.enqueue(jobs.record, delay=1, queue="has space"),
+     delayqueue.InvalidQueueName),
+    (lambda: delayqueue.enqueue(jobs.record, delay=1, queue="{brace}"),
+     delayqueue.InvalidQueueName),
+    (lambda: delayqueue.enqueue(jobs.record, "abc", delay=1), delayqueue.NotSerializable),
+    (lambda: delayqueue.enqueue(jobs.record, [], [1], delay=1), delayqueue.NotSerializable),
+    (lambda: jobs.record.delay_for("a", seconds=1, key=""), delayqueue.DelayQueueError),
+    (lambda: jobs.record.delay_for("a", seconds=1, key=5), delayqueue.DelayQueueError),
+    (lambda: jobs.record.delay_for("a", seconds=1, on_conflict="x"), delayqueue.DelayQueueError),
+    (lambda: jobs.record.cancel("not-an-id"), delayqueue.InvalidJobId),
+    (lambda: jobs.record.cancel(), delayqueue.InvalidJobId),
+    (lambda: delayqueue.cancel("bad queue", key="k"), delayqueue.InvalidQueueName),
+    (lambda: jobs.record.reschedule(key="k", seconds=-5), delayqueue.InvalidDelay),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error"), BAD_CALLS)
+def test_bad_input_raises_a_clear_error_and_writes_nothing(
+    r: redis.Redis, call: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error) as info:
+        call()  # type: ignore[operator]
+    assert str(info.value)  # a message a person can act on
+    assert r.dbsize() == 0
+
+
+def test_errors_are_also_the_builtin_kinds() -> None:
+    assert issubclass(delayqueue.InvalidDelay, ValueError)
+    assert issubclass(delayqueue.NotSerializable, TypeError)
+    assert issubclass(delayqueue.RedisUnavailable, ConnectionError)
+
+
+def test_decorator_rejects_bad_options() -> None:
+    with pytest.raises(delayqueue.InvalidQueueName):
+        delayqueue.delayed_task(queue="no spaces please")
+    with pytest.raises(delayqueue.DelayQueueError):
+        delayqueue.delayed_task(max_attempts=0)
+
+
+def test_redis_unreachable_is_a_clear_error() -> None:
+    from tests.redis_server import free_port
+
+    url = f"redis://:secret@127.0.0.1:{free_port()}/0"
+    with override_settings(DELAYQUEUE={"REDIS_URL": url, "SOCKET_TIMEOUT": 0.5}):
+        with pytest.raises(delayqueue.RedisUnavailable) as info:
+            jobs.record.delay_for("a", seconds=1, on_commit=False)
+        assert "secret" not in str(info.value) and "retrying is safe" in str(info.value)
+    connection.reset()
