@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+import signal
+import socket
+from decimal import Decimal
 
+import pytest
+from django.test import Client, override_settings
+
+import delayqueue
+from orders_demo.models import Order, Product
 from tests import jobs
 from tests.conftest import wait_for
 
@@ -18,3 +26,94 @@ def test_job_runs_through_celery_and_is_acked(celery_worker, delay_worker, r):
     wait_for(
         lambda: r.zcard("dq:{tests}:inflight") == 0 and not r.exists(f"dq:{{tests}}:job:{job.id}")
     )
+
+
+def test_plain_celery_task_and_immediate_delay(celery_worker, delay_worker, r):
+    delay_worker("--queues", "misc")
+    delayqueue.enqueue("tests.jobs.plain", ["later"], delay=0.2, queue="misc")
+    jobs.record.delay("now")  # .delay() is still plain Celery: runs at once, no job
+    wait_for(lambda: jobs.ran("plain") and jobs.ran("record"))
+    assert jobs.ran("plain")[0]["tag"] == "later" and jobs.ran("record")[0]["tag"] == "now"
+    wait_for(lambda: r.zcard("dq:{misc}:inflight") == 0)
+    assert r.zcard("dq:{misc}:scheduled") == 0
+
+
+def place_order(client: Client, product: Product, quantity: int = 2) -> Order:
+    response = client.post("/orders/new/", {"product_id": product.pk, "quantity": quantity})
+    assert response.status_code == 302
+    return Order.objects.latest("pk")
+
+
+@override_settings(ORDER_PAYMENT_TIMEOUT=1)
+def test_unpaid_order_is_closed_and_stock_returned(celery_worker, delay_worker, r):
+    delay_worker("--queues", "orders")
+    product = Product.objects.create(name="Keyboard", price=Decimal("50.00"), stock=10)
+    client = Client()
+    unpaid = place_order(client, product, 2)
+    paid = place_order(client, product, 3)
+    assert Product.objects.get(pk=product.pk).stock == 5
+    assert client.post(f"/orders/{paid.pk}/pay/").status_code == 302
+    assert r.hget("dq:{orders}:keys", f"close-order:{paid.pk}") is None  # its job was cancelled
+
+    wait_for(lambda: Order.objects.get(pk=unpaid.pk).status == Order.Status.CLOSED, 20)
+    assert Product.objects.get(pk=product.pk).stock == 7  # 2 back, the paid 3 stay sold
+    assert Order.objects.get(pk=paid.pk).status == Order.Status.PAID
+    wait_for(lambda: r.zcard("dq:{orders}:inflight") == 0)
+    assert r.zcard("dq:{orders}:scheduled") == 0 and r.zcard("dq:{orders}:dead") == 0
+
+
+def test_failing_task_retries_then_lands_in_dead_with_traceback(celery_worker, delay_worker, r):
+    delay_worker("--queues", "tests")
+    job = jobs.always_fails.delay_for("f", seconds=0.1)
+    wait_for(lambda: r.zscore("dq:{tests}:dead", job.id) is not None, 20)
+    assert [run["tag"] for run in jobs.ran("fail")] == ["f", "f", "f"]  # max_attempts=3
+    data = r.hgetall(f"dq:{{tests}}:job:{job.id}")
+    assert data["err"] == "ValueError: boom f"
+    assert "Traceback" in data["tb"] and "raise ValueError" in data["tb"]
+    assert data["why"] == "failed 3 of 3 attempts" and data["att"] == "3"
+
+
+class BlackHole:
+    """A TCP port that accepts connections and never answers: a broker that hangs."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(100)
+        self.url = f"redis://127.0.0.1:{self.sock.getsockname()[1]}/1"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_delay_worker_killed_after_claiming_loses_nothing(celery_worker, delay_worker, r):
+    hole = BlackHole()
+    try:
+        os.environ["DQ_TEST_BROKER_URL"] = hole.url
+        doomed = delay_worker("--queues", "tests", "--visibility-timeout", "2")
+    finally:
+        del os.environ["DQ_TEST_BROKER_URL"]
+    job = jobs.record.delay_for("survivor", seconds=0.1)
+    # The worker claimed the job and hangs publishing it; now it dies.
+    wait_for(lambda: r.zscore("dq:{tests}:inflight", job.id) is not None)
+    doomed.stop(signal.SIGKILL)
+    hole.close()
+    assert r.hget(f"dq:{{tests}}:job:{job.id}", "att") == "1"
+
+    delay_worker("--queues", "tests")
+    runs = wait_for(lambda: jobs.ran("record"), 20)
+    assert [run["tag"] for run in runs] == ["survivor"]
+    wait_for(lambda: not r.exists(f"dq:{{tests}}:job:{job.id}"))  # acked after its 2nd attempt
+
+
+def test_two_delay_workers_run_every_job_once(celery_worker, delay_worker, r):
+    delay_worker("--queues", "tests", "--batch-size", "20")
+    delay_worker("--queues", "tests", "--batch-size", "20")
+    count = 300
+    specs = [delayqueue.spec(jobs.record, [f"j{i}"], delay=0.5 + i / count) for i in range(count)]
+    delayqueue.delay_many(specs)
+    wait_for(lambda: len(jobs.ran("record")) >= count, 60)
+    wait_for(lambda: r.zcard("dq:{tests}:inflight") == 0)
+    tags = sorted(run["tag"] for run in jobs.ran("record"))
+    assert tags == sorted(f"j{i}" for i in range(count))  # each exactly once
+    assert r.zcard("dq:{tests}:scheduled") == 0
