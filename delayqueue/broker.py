@@ -39,7 +39,7 @@ REDIS_SCHEMES = ("redis", "rediss")
 
 # Task options the fast path reproduces; any other option with a value sends the message
 # through send_task instead.
-_FAST_OPTIONS = {"priority", "delivery_mode", "time_limit", "soft_time_limit", "serializer"}
+_FAST_OPTIONS = {"priority", "delivery_mode"}
 _EMBED = '{"callbacks": null, "errbacks": null, "chain": null, "chord": null}'
 
 
@@ -262,30 +262,32 @@ class RedisListPublisher:
         if task is not None:
             exec_options = task._get_exec_options()
             options = {k: v for k, v in exec_options.items() if v is not None}
+        # send_task takes these three out before routing: they become headers.
+        time_limit = options.pop("time_limit", None)
+        soft_time_limit = options.pop("soft_time_limit", None)
+        if options.pop("expires", None) is not None:
+            return None
         options = self.app.amqp.router.route(options, route_name or name, tuple(args), kwargs, task)
         queue = options.pop("queue", None)
         if options.pop("serializer", "json") != "json":
             return None
         if any(v is not None for k, v in options.items() if k not in _FAST_OPTIONS):
-            return None  # exchange, routing_key, expires, compression, ...
+            return None  # exchange, routing_key, compression, ... (message properties)
         if queue is None or queue.exchange is None or queue.exchange.type != "direct":
             return None
         if queue.expires or queue.message_ttl or (queue.queue_arguments or {}).get("x-expires"):
             return None
-        priority = options.get("priority")
-        if priority is None:
-            priority = self.app.conf.task_default_priority
         return _Route(
             queue=queue,
-            priority=int(priority or 0),
+            priority=int(options.get("priority") or 0),
             delivery_mode=maybe_delivery_mode(
                 options.get("delivery_mode")
                 or queue.exchange.delivery_mode
                 or self.default_delivery_mode
             )
             or 2,
-            time_limit=options.get("time_limit"),
-            soft_time_limit=options.get("soft_time_limit"),
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
         )
 
     # ---- the broker connection -------------------------------------------------------

@@ -22,6 +22,7 @@ STATS_TTL_SECONDS = 2 * 3600 + 300
 
 _lock = threading.Lock()
 _client: Redis | None = None
+_raw_client: Redis | None = None
 _scripts: Scripts | None = None
 _known_queues: set[str] = set()
 
@@ -42,6 +43,23 @@ def get_redis() -> Redis:
     return _client
 
 
+def get_raw_redis() -> Redis:
+    """A client that returns bytes: for reading job data that may not be valid UTF-8."""
+    global _raw_client
+    if _raw_client is None:
+        with _lock:
+            if _raw_client is None:
+                config = get_config()
+                _raw_client = Redis.from_url(
+                    config["REDIS_URL"],
+                    decode_responses=False,
+                    socket_timeout=config["SOCKET_TIMEOUT"],
+                    socket_connect_timeout=config["SOCKET_TIMEOUT"],
+                    health_check_interval=30,
+                )
+    return _raw_client
+
+
 def get_scripts() -> Scripts:
     global _scripts
     if _scripts is None:
@@ -51,11 +69,12 @@ def get_scripts() -> Scripts:
 
 def reset() -> None:
     """Forget the client (settings changed, or tests)."""
-    global _client, _scripts
+    global _client, _raw_client, _scripts
     with _lock:
-        if _client is not None:
-            _client.close()
-        _client, _scripts = None, None
+        for client in (_client, _raw_client):
+            if client is not None:
+                client.close()
+        _client, _raw_client, _scripts = None, None, None
         _known_queues.clear()
 
 
@@ -74,10 +93,12 @@ def remember_queue(queue: str) -> None:
         _known_queues.add(queue)
 
 
-def run_pipelined(calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+def run_pipelined(
+    calls: list[tuple[Script, list[str], list[Any]]], client: Redis | None = None
+) -> list[Any]:
     """Run many script calls in one round trip (EVALSHA), loading a script only when Redis
     has lost it (restart, SCRIPT FLUSH). Errors of single calls come back as exceptions."""
-    client = get_redis()
+    client = client or get_redis()
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         for script, keys, args in calls:

@@ -28,6 +28,7 @@ from delayqueue.conf import get_config
 from delayqueue.connection import (
     STATS_TTL_SECONDS,
     current_minute,
+    get_raw_redis,
     get_redis,
     get_scripts,
     global_keys,
@@ -105,7 +106,7 @@ class DelayWorker:
                 self._heartbeat()
                 try:
                     result = self.run_pass()
-                except RedisUnavailable as exc:
+                except DelayQueueError as exc:  # Redis down, or a script refused bad data
                     logger.error("%s; retrying in 1 s", exc)
                     self._sleep(1.0)
                     continue
@@ -168,7 +169,7 @@ class DelayWorker:
             return PassResult(wait_ms=self.safety_poll * 1000)
         started = time.monotonic()
         with redis_errors():
-            replies = run_pipelined(calls)
+            replies = run_pipelined(calls, get_raw_redis())
         result = PassResult(wait_ms=self.safety_poll * 1000)
         for index, queue in enumerate(self.queues):
             reaped, claim = replies[2 * index], replies[2 * index + 1]
@@ -187,10 +188,10 @@ class DelayWorker:
             for point in (int(next_due), int(next_deadline)):
                 if point >= 0:
                     result.wait_ms = min(result.wait_ms, max(0, point - int(now)) + 1)
-            result.claimed += [
-                Claimed(queue, str(j[0]), str(j[1]), int(j[2]), str(j[3]), str(j[4]), str(j[5]))
-                for j in jobs
-            ]
+            for raw in jobs:
+                job = _decode_claimed(queue, raw)
+                if job is not None:
+                    result.claimed.append(job)
         result.wait_ms -= (time.monotonic() - started) * 1000
         if result.claimed:
             self.dispatch(result.claimed)
@@ -359,6 +360,39 @@ class DelayWorker:
                 self._pubsub.close()
         except (RedisUnavailable, OSError):
             pass  # the heartbeat key expires on its own
+
+
+def _decode_claimed(queue: str, raw: list[Any]) -> Claimed | None:
+    """A claimed job from the script's bytes; one whose data is not UTF-8 goes to dead."""
+    job_id, token, attempt, task, args_json, kwargs_json = raw
+    try:
+        return Claimed(
+            queue,
+            job_id.decode(),
+            str(int(token)),
+            int(attempt),
+            task.decode(),
+            args_json.decode(),
+            kwargs_json.decode(),
+        )
+    except UnicodeDecodeError:
+        keys = queue_keys(queue)
+        reason = "corrupt job data: not UTF-8 text (delayqueue stores JSON only)"
+        logger.error("job %r on %s moved to dead: %s", job_id, queue, reason)
+        with redis_errors():
+            get_scripts().bury(
+                [
+                    keys.job_prefix.encode() + job_id,
+                    keys.inflight,
+                    keys.scheduled,
+                    keys.dead,
+                    keys.dedupe,
+                    keys.stats(current_minute()),
+                ],
+                [job_id, reason, STATS_TTL_SECONDS],
+                client=get_raw_redis(),
+            )
+        return None
 
 
 def _valid_queue(name: str) -> bool:

@@ -49,9 +49,7 @@ def fail(job_id: str, token: str, backoff_ms: int = 0, max_attempts: int = 3) ->
 
 
 def reap(limit: int = 100) -> list[int]:
-    return get_scripts().reap(
-        [Q.inflight, Q.scheduled, Q.dead, Q.job_prefix, Q.dedupe], [limit, 3]
-    )
+    return get_scripts().reap([Q.inflight, Q.scheduled, Q.dead, Q.job_prefix, Q.dedupe], [limit, 3])
 
 
 def test_enqueue_writes_hash_and_due_time_from_redis_clock(r: redis.Redis) -> None:
@@ -128,9 +126,7 @@ def test_cancel_leaves_an_inflight_job_alone(r: redis.Redis) -> None:
 def test_reschedule_moves_only_scheduled_jobs(r: redis.Redis) -> None:
     enqueue("A", 60_000, "k")
     now = int(r.time()[0]) * 1000
-    job_id, due = get_scripts().reschedule(
-        [Q.scheduled, Q.dedupe], ["", "k", "delay", 1000, WAKE]
-    )
+    job_id, due = get_scripts().reschedule([Q.scheduled, Q.dedupe], ["", "k", "delay", 1000, WAKE])
     assert job_id == "A" and now + 1000 <= due <= now + 3000
     assert r.zscore(Q.scheduled, "A") == due
     claim_at = time.monotonic()
@@ -216,7 +212,7 @@ def test_stale_token_after_a_redispatch_cannot_ack_or_fail(r: redis.Redis) -> No
 
 def test_fail_retries_with_backoff_then_moves_to_dead(r: redis.Redis) -> None:
     enqueue("A", 0, "k")
-    for attempt in (1, 2):
+    for _ in (1, 2):
         token = str(claim()[4][0][1])
         now = int(r.time()[0]) * 1000
         assert fail("A", token, backoff_ms=0) == "retry"

@@ -25,7 +25,8 @@ if f[1] ~= ARGV[2] then return 'stale' end
 local attempt = tonumber(f[2]) or 0
 local max = tonumber(f[3]) or tonumber(ARGV[6])
 
-local hist = cjson.decode(f[5] or '[]')
+local ok, hist = pcall(cjson.decode, f[5] or '[]')
+if not ok or type(hist) ~= 'table' then hist = {} end
 hist[#hist + 1] = {at = now, attempt = attempt, outcome = 'failed', detail = ARGV[4]}
 while #hist > 20 do table.remove(hist, 1) end
 redis.call('HSET', KEYS[1], 'err', ARGV[4], 'tb', ARGV[5], 'hist', cjson.encode(hist))

@@ -18,8 +18,8 @@ for _, id in ipairs(ids) do
   local f = redis.call('HMGET', job, 'att', 'max', 'key', 'hist', 'task')
   local attempt = tonumber(f[1]) or 0
   local max = tonumber(f[2]) or tonumber(ARGV[2])
-  local hist = {}
-  if f[4] then hist = cjson.decode(f[4]) end
+  local ok, hist = pcall(cjson.decode, f[4] or '[]')
+  if not ok or type(hist) ~= 'table' then hist = {} end
   hist[#hist + 1] = {at = now, attempt = attempt, outcome = 'timed out',
                      detail = 'no ack before the visibility deadline'}
   while #hist > 20 do table.remove(hist, 1) end

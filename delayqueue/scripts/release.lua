@@ -21,7 +21,8 @@ if ARGV[4] == '1' and attempt > 0 then
   attempt = attempt - 1
   redis.call('HSET', KEYS[1], 'att', attempt)
 end
-local hist = cjson.decode(f[3] or '[]')
+local ok, hist = pcall(cjson.decode, f[3] or '[]')
+if not ok or type(hist) ~= 'table' then hist = {} end
 hist[#hist + 1] = {at = now, attempt = attempt, outcome = 'released', detail = ARGV[5]}
 while #hist > 20 do table.remove(hist, 1) end
 redis.call('HSET', KEYS[1], 'hist', cjson.encode(hist))

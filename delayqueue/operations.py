@@ -1,0 +1,231 @@
+"""What an operator can do to jobs and queues from the admin. Each action runs the Lua script
+of its transition (one per job, pipelined) and reports per job whether it applied or whether
+the job had moved on in the meantime (run, cancelled, retried by someone else...), so the page
+can say so instead of failing or pretending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.commands.core import Script
+
+from delayqueue.conf import get_config
+from delayqueue.connection import get_redis, get_scripts, queue_keys, redis_errors, run_pipelined
+from delayqueue.errors import DelayQueueError, InvalidDelay
+from delayqueue.keys import check_job_id, check_queue_name
+
+RETRY_CHUNK = 500
+PURGE_CHUNK = 1000
+
+
+@dataclass
+class ActionResult:
+    """What one action did: ``done`` ids it applied to, ``missed`` ids that were no longer in
+    the state the action needs, ``unrunnable`` dead ids whose data cannot run (kept in dead)."""
+
+    action: str
+    done: list[str] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
+    unrunnable: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BulkResult:
+    """What a queue-wide action did (counts; the ids can be many)."""
+
+    action: str
+    done: int = 0
+    unrunnable: int = 0
+
+
+Call = tuple[Script, list[str], list[Any]]
+
+
+def _run(calls: list[Call]) -> list[Any]:
+    if not calls:
+        return []
+    with redis_errors():
+        replies = run_pipelined(calls)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise DelayQueueError(f"a Redis script failed: {reply}")
+    return replies
+
+
+def _ids(ids: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(check_job_id(i) for i in ids))
+
+
+def _sorted(action: str, ids: list[str], applied: list[bool]) -> ActionResult:
+    result = ActionResult(action)
+    for job_id, ok in zip(ids, applied, strict=True):
+        (result.done if ok else result.missed).append(job_id)
+    return result
+
+
+# ---- scheduled jobs ---------------------------------------------------------------------
+
+
+def reschedule(queue: str, ids: Sequence[str], delay_ms: int) -> ActionResult:
+    """Scheduled jobs -> due ``delay_ms`` from now (Redis's clock)."""
+    keys = queue_keys(check_queue_name(queue))
+    ids = _ids(ids)
+    max_ms = int(get_config()["MAX_DELAY"]) * 1000
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or not 0 <= delay_ms <= max_ms:
+        raise InvalidDelay(f"a delay must be 0 to {max_ms} ms, not {delay_ms!r}")
+    script = get_scripts().reschedule
+    replies = _run(
+        [
+            (script, [keys.scheduled, keys.dedupe], [i, "", "delay", delay_ms, keys.wake])
+            for i in ids
+        ]
+    )
+    action = "run now" if delay_ms == 0 else "reschedule"
+    return _sorted(action, ids, [int(reply[1]) >= 0 for reply in replies])
+
+
+def run_now(queue: str, ids: Sequence[str]) -> ActionResult:
+    """Scheduled jobs -> due now (the worker dispatches them at once)."""
+    return reschedule(queue, ids, 0)
+
+
+def cancel(queue: str, ids: Sequence[str]) -> ActionResult:
+    """Scheduled jobs -> gone."""
+    keys = queue_keys(check_queue_name(queue))
+    ids = _ids(ids)
+    script = get_scripts().cancel
+    replies = _run([(script, [keys.scheduled, keys.dedupe, keys.job_prefix], [i, ""]) for i in ids])
+    return _sorted("cancel", ids, [int(reply[0]) == 1 for reply in replies])
+
+
+# ---- in-flight jobs ---------------------------------------------------------------------
+
+
+def force_back(queue: str, ids: Sequence[str], reason: str) -> ActionResult:
+    """In-flight jobs -> scheduled, due now, whatever their fencing token ("" = any). The
+    attempt counts. A dispatch still running keeps its token and may still ack the job."""
+    keys = queue_keys(check_queue_name(queue))
+    ids = _ids(ids)
+    script = get_scripts().release
+    replies = _run(
+        [
+            (
+                script,
+                [keys.job(i), keys.inflight, keys.scheduled],
+                [i, "", 0, 0, reason[:500], keys.wake],
+            )
+            for i in ids
+        ]
+    )
+    return _sorted("force back", ids, [int(reply) == 1 for reply in replies])
+
+
+# ---- dead jobs --------------------------------------------------------------------------
+
+
+def _requeue_calls(keys: Any, ids: list[str]) -> list[Call]:
+    script = get_scripts().requeue
+    return [
+        (script, [keys.job(i), keys.dead, keys.scheduled, keys.dedupe], [i, 0, keys.wake])
+        for i in ids
+    ]
+
+
+def retry_dead(queue: str, ids: Sequence[str]) -> ActionResult:
+    """Dead jobs -> scheduled, due now, with a fresh count of attempts."""
+    keys = queue_keys(check_queue_name(queue))
+    ids = _ids(ids)
+    replies = _run(_requeue_calls(keys, ids))
+    result = ActionResult("retry")
+    for job_id, reply in zip(ids, replies, strict=True):
+        outcome = int(reply)
+        if outcome == 1:
+            result.done.append(job_id)
+        elif outcome == -1:
+            result.unrunnable.append(job_id)
+        else:
+            result.missed.append(job_id)
+    return result
+
+
+def delete_dead(queue: str, ids: Sequence[str]) -> ActionResult:
+    """Dead jobs -> gone (their data too)."""
+    keys = queue_keys(check_queue_name(queue))
+    ids = _ids(ids)
+    script = get_scripts().purge
+    replies = _run([(script, [keys.dead, keys.job_prefix], ["ids", i]) for i in ids])
+    return _sorted("delete", ids, [int(reply) == 1 for reply in replies])
+
+
+def retry_all_dead(queue: str, *, chunk: int = RETRY_CHUNK) -> BulkResult:
+    """Every dead job of a queue -> scheduled, ``chunk`` per round trip. Jobs that die while
+    this runs past the count taken at the start are left for the next call; jobs whose data
+    cannot run stay in dead (and are counted)."""
+    keys = queue_keys(check_queue_name(queue))
+    result = BulkResult("retry all")
+    with redis_errors():
+        client = get_redis()
+        budget = int(client.zcard(keys.dead))
+        skip = 0  # dead jobs at the head that stay dead (unrunnable)
+        while budget > 0:
+            ids = [str(i) for i in client.zrange(keys.dead, skip, skip + min(chunk, budget) - 1)]
+            if not ids:
+                break
+            replies = _run(_requeue_calls(keys, ids))
+            budget -= len(ids)
+            for reply in replies:
+                if int(reply) == 1:
+                    result.done += 1
+                elif int(reply) == -1:
+                    result.unrunnable += 1
+                    skip += 1
+    return result
+
+
+def purge_all_dead(queue: str, *, chunk: int = PURGE_CHUNK) -> BulkResult:
+    """Every dead job of a queue -> gone, oldest first, ``chunk`` per script call (so Redis
+    is never blocked by one huge call). Jobs that die while this runs, past the count taken
+    at the start, are kept."""
+    keys = queue_keys(check_queue_name(queue))
+    script = get_scripts().purge
+    result = BulkResult("purge all")
+    with redis_errors():
+        budget = int(get_redis().zcard(keys.dead))
+    while budget > 0:
+        (deleted,) = _run([(script, [keys.dead, keys.job_prefix], ["oldest", min(chunk, budget)])])
+        if not int(deleted):
+            break
+        result.done += int(deleted)
+        budget -= int(deleted)
+    return result
+
+
+# ---- queues -----------------------------------------------------------------------------
+
+
+def is_paused(queue: str) -> bool:
+    with redis_errors():
+        return bool(get_redis().exists(queue_keys(check_queue_name(queue)).paused))
+
+
+def pause(queue: str, note: str) -> bool:
+    """Stop workers claiming from the queue (jobs already in flight finish). False when it
+    was paused already."""
+    keys = queue_keys(check_queue_name(queue))
+    with redis_errors():
+        return bool(get_redis().set(keys.paused, note[:200] or "paused", nx=True))
+
+
+def resume(queue: str) -> bool:
+    """Let workers claim from the queue again, and wake them so due jobs go at once. False
+    when it was not paused."""
+    keys = queue_keys(check_queue_name(queue))
+    with redis_errors():
+        client = get_redis()
+        removed = int(client.delete(keys.paused))
+        if removed:
+            client.publish(keys.wake, "resumed")
+    return bool(removed)

@@ -1,0 +1,140 @@
+"""The delay worker in-process: sleeping, bad data, broker outages, the command."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from delayqueue.connection import queue_keys
+from delayqueue.worker import DelayWorker
+from tests import jobs
+from tests.redis_server import free_port
+
+Q = queue_keys("tests")
+BROKER_QUEUE = "celery"  # Celery's default queue list on the broker
+
+
+def broker() -> redis.Redis:
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL, decode_responses=True)
+
+
+@pytest.fixture(autouse=True)
+def empty_broker_queue() -> None:
+    broker().delete(BROKER_QUEUE)  # nothing consumes it in these tests
+
+
+def test_pass_claims_due_jobs_and_publishes_them_to_celery(r: redis.Redis) -> None:
+    due = jobs.record.delay_for("now", seconds=0, on_commit=False)
+    later = jobs.record.delay_for("later", seconds=30, on_commit=False)
+    with override_settings(DELAYQUEUE={**settings.DELAYQUEUE, "SAFETY_POLL": 60}):
+        result = DelayWorker(["tests"]).run_pass()
+    assert [job.id for job in result.claimed] == [due.id]
+    assert r.zscore(Q.inflight, due.id) is not None
+    assert broker().llen(BROKER_QUEUE) == 1
+    # it will sleep until the later job is due, not a fixed poll
+    assert 25_000 < result.wait_ms <= 30_000
+    assert r.zscore(Q.scheduled, later.id) is not None
+
+
+def test_pass_wakes_for_the_next_inflight_deadline(r: redis.Redis) -> None:
+    jobs.record.delay_for("now", seconds=0, on_commit=False)
+    worker = DelayWorker(["tests"], visibility_timeout=3)
+    assert 0 < worker.run_pass().wait_ms <= 3_000
+
+
+def test_unknown_task_and_corrupt_data_go_to_dead(r: redis.Redis) -> None:
+    good = jobs.record.delay_for("ok", seconds=0, on_commit=False)
+    bad = {
+        "UNKNOWN": {"task": "no.such.task", "args": "[]", "max": "3"},
+        "BADJSON": {"task": "tests.jobs.record", "args": "[not json", "max": "3"},
+        "NOTLIST": {"task": "tests.jobs.record", "args": '{"a": 1}', "max": "3"},
+    }
+    for job_id, data in bad.items():
+        r.hset(Q.job(job_id), mapping=data)
+        r.zadd(Q.scheduled, {job_id: 0})
+    r.zadd(Q.scheduled, {"NOHASH": 0})
+    DelayWorker(["tests"]).run(once=True)
+    dead = set(r.zrange(Q.dead, 0, -1))
+    assert dead == {"UNKNOWN", "BADJSON", "NOTLIST", "NOHASH"}
+    assert "unknown task 'no.such.task'" in str(r.hget(Q.job("UNKNOWN"), "why"))
+    assert "corrupt" in str(r.hget(Q.job("BADJSON"), "why"))
+    assert r.zscore(Q.inflight, good.id) is not None  # the good job went on
+    assert broker().llen(BROKER_QUEUE) == 1
+
+
+def test_a_pickled_payload_is_never_loaded(r: redis.Redis, tmp_path: Path) -> None:
+    marker = tmp_path / "unpickled"
+
+    class Exploit:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (Path.touch, (str(marker),))  # type: ignore[return-value]
+
+    r.hset(Q.job("PICKLE"), mapping={"task": "tests.jobs.record", "args": pickle.dumps(Exploit())})
+    r.zadd(Q.scheduled, {"PICKLE": 0})
+    DelayWorker(["tests"]).run(once=True)
+    assert r.zscore(Q.dead, "PICKLE") is not None
+    assert not marker.exists()
+
+
+def test_broker_outage_puts_jobs_back_with_backoff(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = jobs.record.delay_for("x", seconds=0, on_commit=False)
+    monkeypatch.delenv("CELERY_BROKER_URL")  # Celery prefers it to the app's own broker
+    dead_broker = Celery(broker=f"redis://127.0.0.1:{free_port()}/0")
+    dead_broker.conf.broker_connection_timeout = 0.5
+    dead_broker.conf.broker_transport_options = {"max_retries": 0}
+    dead_broker.conf.task_publish_retry = False
+    for name, task in jobs.record.app.tasks.items():
+        dead_broker.tasks[name] = task  # same registry, unreachable broker
+    worker = DelayWorker(["tests"], celery_app=dead_broker)
+    worker.run_pass()
+    now = int(r.time()[0]) * 1000
+    score = r.zscore(Q.scheduled, job.id)
+    assert score is not None and score > now  # back, due after a backoff
+    assert r.zcard(Q.inflight) == 0
+    assert r.hget(Q.job(job.id), "att") == "0"  # the attempt was given back
+    assert "broker unavailable" in str(r.hget(Q.job(job.id), "hist"))
+
+
+def test_paused_queue_is_not_claimed(r: redis.Redis) -> None:
+    jobs.record.delay_for("x", seconds=0, on_commit=False)
+    r.set(Q.paused, "1")
+    assert DelayWorker(["tests"]).run_pass().claimed == []
+    r.delete(Q.paused)
+    assert len(DelayWorker(["tests"]).run_pass().claimed) == 1
+
+
+def test_worker_finds_queues_when_none_are_given(r: redis.Redis) -> None:
+    jobs.record.delay_for("x", seconds=0, on_commit=False, key="k")
+    worker = DelayWorker()
+    worker.run(once=True)
+    assert "tests" in worker.queues and "orders" in worker.queues
+    assert r.zcard(Q.inflight) == 1
+
+
+def test_once_command_drains_every_due_job(r: redis.Redis) -> None:
+    jobs.record.delay_many([(f"j{i}",) for i in range(25)], seconds=0, on_commit=False)
+    call_command("run_delay_worker", "--queues", "tests", "--once", "--batch-size", "10")
+    assert r.zcard(Q.scheduled) == 0 and r.zcard(Q.inflight) == 25
+    assert broker().llen(BROKER_QUEUE) == 25
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--queues", "bad name"], "queue name"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--visibility-timeout", "-1"], "--visibility-timeout"),
+    ],
+)
+def test_command_rejects_bad_options(options: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("run_delay_worker", *options, "--once")
