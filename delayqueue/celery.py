@@ -38,7 +38,8 @@ def get_celery_app() -> Celery:
         module, _, attribute = path.partition(":")
         app: Celery = import_string(f"{module}.{attribute or 'app'}")
         return app
-    return current_app._get_current_object()
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    return app  # type: ignore[no-any-return]
 
 
 def resolve_task(task: Task | str) -> tuple[str, Task | None]:

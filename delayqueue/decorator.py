@@ -154,7 +154,7 @@ def delayed_task(
         raise DelayQueueError(f"visibility_timeout must be positive, not {visibility_timeout!r}")
 
     def wrap(function: Callable[..., Any]) -> DelayedTask:
-        task: DelayedTask = shared_task(  # type: ignore[call-overload]
+        task: DelayedTask = shared_task(
             base=DelayedTask,
             dq_queue=queue,
             dq_max_attempts=max_attempts,

@@ -153,13 +153,13 @@ BAD_CALLS = [
     (lambda: jobs.record.delay_for("a", seconds=-1), delayqueue.InvalidDelay),
     (lambda: jobs.record.delay_for("a", seconds=float("inf")), delayqueue.InvalidDelay),
     (lambda: jobs.record.delay_for("a", seconds=float("nan")), delayqueue.InvalidDelay),
-    (lambda: jobs.record.delay_for("a", seconds="10"), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_for("a", seconds="10"), delayqueue.InvalidDelay),  # type: ignore[arg-type]
     (lambda: jobs.record.delay_for("a", seconds=True), delayqueue.InvalidDelay),
     (lambda: jobs.record.delay_for("a"), delayqueue.InvalidDelay),
     (lambda: jobs.record.delay_for("a", seconds=1, minutes=1), delayqueue.InvalidDelay),
     (lambda: jobs.record.delay_for("a", days=400), delayqueue.InvalidDelay),
     (lambda: jobs.record.delay_until("a", eta=datetime(2030, 1, 1)), delayqueue.InvalidDelay),
-    (lambda: jobs.record.delay_until("a", eta="2030-01-01"), delayqueue.InvalidDelay),
+    (lambda: jobs.record.delay_until("a", eta="2030-01-01"), delayqueue.InvalidDelay),  # type: ignore[arg-type]
     (lambda: delayqueue.enqueue("no.such.task", delay=1), delayqueue.UnknownTask),
     (lambda: delayqueue.enqueue(42, delay=1), delayqueue.UnknownTask),  # type: ignore[arg-type]
     (lambda: delayqueue.enqueue(jobs.record, delay=1, queue="has space"),
@@ -167,10 +167,10 @@ BAD_CALLS = [
     (lambda: delayqueue.enqueue(jobs.record, delay=1, queue="{brace}"),
      delayqueue.InvalidQueueName),
     (lambda: delayqueue.enqueue(jobs.record, "abc", delay=1), delayqueue.NotSerializable),
-    (lambda: delayqueue.enqueue(jobs.record, [], [1], delay=1), delayqueue.NotSerializable),
+    (lambda: delayqueue.enqueue(jobs.record, [], [1], delay=1), delayqueue.NotSerializable),  # type: ignore[arg-type]
     (lambda: jobs.record.delay_for("a", seconds=1, key=""), delayqueue.DelayQueueError),
-    (lambda: jobs.record.delay_for("a", seconds=1, key=5), delayqueue.DelayQueueError),
-    (lambda: jobs.record.delay_for("a", seconds=1, on_conflict="x"), delayqueue.DelayQueueError),
+    (lambda: jobs.record.delay_for("a", seconds=1, key=5), delayqueue.DelayQueueError),  # type: ignore[arg-type]
+    (lambda: jobs.record.delay_for("a", seconds=1, on_conflict="x"), delayqueue.DelayQueueError),  # type: ignore[arg-type]
     (lambda: jobs.record.cancel("not-an-id"), delayqueue.InvalidJobId),
     (lambda: jobs.record.cancel(), delayqueue.InvalidJobId),
     (lambda: delayqueue.cancel("bad queue", key="k"), delayqueue.InvalidQueueName),

@@ -114,6 +114,6 @@ def test_two_delay_workers_run_every_job_once(celery_worker, delay_worker, r):
     delayqueue.delay_many(specs)
     wait_for(lambda: len(jobs.ran("record")) >= count, 60)
     wait_for(lambda: r.zcard("dq:{tests}:inflight") == 0)
-    tags = sorted(run["tag"] for run in jobs.ran("record"))
+    tags = sorted(str(run["tag"]) for run in jobs.ran("record"))
     assert tags == sorted(f"j{i}" for i in range(count))  # each exactly once
     assert r.zcard("dq:{tests}:scheduled") == 0
