@@ -1,0 +1,42 @@
+"""System checks: each id fires on the setting it is about, and not on good settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+from django.test import override_settings
+
+
+def check_ids(**delayqueue: Any) -> set[str]:
+    with override_settings(DELAYQUEUE=delayqueue):
+        return {m.id for m in run_checks() if m.id and m.id.startswith("delayqueue.")}
+
+
+def test_good_settings_pass() -> None:
+    assert check_ids(REDIS_URL="redis://127.0.0.1:6379/0") == set()
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"REDIS_URL": "redis://x", "BATCH_SIZ": 10}, "delayqueue.E002"),
+        ({"REDIS_URL": "http://example.com"}, "delayqueue.E003"),
+        ({"REDIS_URL": "redis://x", "BATCH_SIZE": 0}, "delayqueue.E004"),
+        ({"REDIS_URL": "redis://x", "MAX_DELAY": "a year"}, "delayqueue.E004"),
+        ({"REDIS_URL": "redis://x", "VISIBILITY_TIMEOUT": 1, "SAFETY_POLL": 5}, "delayqueue.W002"),
+    ],
+)
+def test_each_check_fires(settings: dict[str, Any], expected: str) -> None:
+    assert expected in check_ids(**settings)
+
+
+def test_not_a_dict() -> None:
+    with override_settings(DELAYQUEUE=["redis://x"]):
+        assert "delayqueue.E001" in {m.id for m in run_checks()}
+
+
+def test_no_redis_configured_warns() -> None:
+    with override_settings(DELAYQUEUE={}, CELERY_BROKER_URL=None):
+        assert "delayqueue.W001" in {m.id for m in run_checks()}
