@@ -117,3 +117,19 @@ def test_two_delay_workers_run_every_job_once(celery_worker, delay_worker, r):
     tags = sorted(str(run["tag"]) for run in jobs.ran("record"))
     assert tags == sorted(f"j{i}" for i in range(count))  # each exactly once
     assert r.zcard("dq:{tests}:scheduled") == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_delay_worker_stops_warm_on_a_signal(delay_worker, sig):
+    worker = delay_worker("--queues", "tests")
+    worker.popen.send_signal(sig)
+    assert worker.popen.wait(10) == 0
+    assert "stopped after" in worker.output()
+
+
+def test_second_signal_exits_at_once(delay_worker, r):
+    worker = delay_worker("--queues", "tests")
+    worker.popen.send_signal(signal.SIGTERM)
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.popen.wait(10) in (0, 1)  # 1 when the second signal arrived in time
+    assert r.zcard("dq:workers") == 0 or worker.popen.returncode == 1
