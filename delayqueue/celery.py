@@ -68,11 +68,17 @@ def backoff_ms(attempt: int, backoff: Backoff | None) -> int:
 
 
 def dispatch_headers(request: Any) -> tuple[str, str, str] | None:
-    """(queue, job id, token) when this Celery request is a delayqueue dispatch."""
-    job_id = getattr(request, HEADER_ID, None)
-    if not job_id:
+    """(queue, job id, token) when this Celery request is a delayqueue dispatch. A worker
+    exposes message headers as request attributes; ``apply(headers=...)`` as ``headers``."""
+    fields = {
+        name: getattr(request, name, None) for name in (HEADER_QUEUE, HEADER_ID, HEADER_TOKEN)
+    }
+    if not fields[HEADER_ID]:
+        headers = getattr(request, "headers", None) or {}
+        fields = {name: headers.get(name) for name in fields}
+    if not fields[HEADER_ID]:
         return None
-    return str(getattr(request, HEADER_QUEUE)), str(job_id), str(getattr(request, HEADER_TOKEN))
+    return str(fields[HEADER_QUEUE]), str(fields[HEADER_ID]), str(fields[HEADER_TOKEN])
 
 
 def run_job(

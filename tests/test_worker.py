@@ -139,3 +139,35 @@ def test_once_command_drains_every_due_job(r: redis.Redis) -> None:
 def test_command_rejects_bad_options(options: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("run_delay_worker", *options, "--once")
+
+
+def test_run_side_skips_a_stale_dispatch_and_acks_a_current_one(r: redis.Redis) -> None:
+    job = jobs.record.delay_for("fenced", seconds=0, on_commit=False, key="f")
+    [claimed] = DelayWorker(["tests"]).run_pass().claimed
+    headers = {"dq_queue": "tests", "dq_id": job.id}
+    jobs.record.apply(args=["fenced"], headers={**headers, "dq_token": "0"})
+    assert jobs.ran("record") == []  # stale token: the function did not run
+    assert r.zscore(Q.inflight, job.id) is not None
+    jobs.record.apply(args=["fenced"], headers={**headers, "dq_token": claimed.token})
+    assert [run["tag"] for run in jobs.ran("record")] == ["fenced"]
+    assert not r.exists(Q.job(job.id)) and r.hget(Q.dedupe, "f") is None
+
+
+def test_run_side_records_a_failure_for_retry(r: redis.Redis) -> None:
+    job = jobs.always_fails.delay_for("x", seconds=0, on_commit=False)
+    [claimed] = DelayWorker(["tests"]).run_pass().claimed
+    headers = {"dq_queue": "tests", "dq_id": job.id, "dq_token": claimed.token}
+    result = jobs.always_fails.apply(args=["x"], headers=headers)
+    assert isinstance(result.result, ValueError)
+    assert r.zscore(Q.scheduled, job.id) is not None  # back, after a 50 ms backoff
+    assert r.hget(Q.job(job.id), "err") == "ValueError: boom x"
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
+    from delayqueue.celery import backoff_ms
+
+    for attempt, base_ms in [(1, 10_000), (2, 20_000), (3, 40_000)]:
+        assert 0.8 * base_ms <= backoff_ms(attempt, None) <= 1.2 * base_ms
+    assert backoff_ms(30, None) <= 1.2 * 3_600_000
+    assert backoff_ms(3, lambda attempt: attempt * 1.5) == 4500
+    assert 0.8 * 400 <= backoff_ms(3, 0.1) <= 1.2 * 400
