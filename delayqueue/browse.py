@@ -111,6 +111,11 @@ def queue_exists(queue: str) -> bool:
     return bool(known) or int(holding) > 0
 
 
+def count(queue: str, state: State) -> int:
+    with redis_errors():
+        return int(get_redis().zcard(zset_of(queue_keys(queue), state)))
+
+
 @dataclass
 class Throughput:
     dispatched: int = 0
@@ -275,7 +280,8 @@ class JobPage:
     search_mode: Literal["", "id", "key", "scan"] = ""
     scanned: int = 0  # entries a bounded scan looked at
     bounded: bool = False  # the scan stopped at SEARCH_WINDOW before the end of the list
-    elsewhere: State | None = None  # a job id searched for is in another state
+    elsewhere: State | None = None  # the job searched for by id or key is in another state
+    elsewhere_id: str = ""
     tasks_seen: list[str] = field(default_factory=list)
     now_ms: int = 0
 
@@ -397,8 +403,7 @@ def _find_exact(client: Redis, keys: QueueKeys, state: State, result: JobPage) -
     candidate = result.search.upper()
     mode: Literal["id", "key"]
     if JOB_ID.fullmatch(candidate):
-        job_id: str | None = candidate
-        mode = "id"
+        job_id, mode = candidate, "id"
     else:
         found = client.hget(keys.dedupe, result.search)
         if found is None:
@@ -411,11 +416,12 @@ def _find_exact(client: Redis, keys: QueueKeys, state: State, result: JobPage) -
     result.search_mode = mode
     result.matched = 0
     score = scores[state]
-    if score is not None and job_id is not None:
+    if score is not None:
         result.rows = _rows(client, keys, [(job_id, score)], result.now_ms)
         result.matched = 1
     else:
         result.elsewhere = next((s for s in STATES if scores[s] is not None), None)
+        result.elsewhere_id = job_id
     return True
 
 
@@ -593,13 +599,15 @@ def workers() -> tuple[list[WorkerInfo], int]:
     with redis_errors():
         client = get_redis()
         now = redis_now_ms(client)
-        entries = client.zrevrange(g.workers, 0, MAX_WORKERS_SHOWN - 1, withscores=True)
+        entries: list[tuple[str, float]] = client.zrevrange(  # type: ignore[assignment]
+            g.workers, 0, MAX_WORKERS_SHOWN - 1, withscores=True
+        )
         pipe = client.pipeline(transaction=False)
-        for worker_id, _ in entries:  # type: ignore[union-attr]
+        for worker_id, _ in entries:
             pipe.hgetall(g.worker(str(worker_id)))
         hashes = pipe.execute()
     alive, gone = [], 0
-    for (worker_id, score), info in zip(entries, hashes, strict=True):  # type: ignore[arg-type]
+    for (worker_id, score), info in zip(entries, hashes, strict=True):
         if not info:
             gone += 1
             continue

@@ -1,0 +1,52 @@
+"""The "Delayed jobs" entry of the admin: a ModelAdmin on the table-less DelayedJob model whose
+changelist is the dashboard, with the job lists, job pages and actions added by get_urls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path
+
+from delayqueue import views
+from delayqueue.models import DelayedJob
+
+
+@admin.register(DelayedJob)
+class DelayedJobAdmin(admin.ModelAdmin):
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("delayqueue.view_jobs")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return views.dashboard(request, self.admin_site)
+
+    def job_list_view(self, request: HttpRequest, queue: str, state: str) -> HttpResponse:
+        return views.job_list(request, self.admin_site, queue, state)
+
+    def job_detail_view(self, request: HttpRequest, queue: str, job_id: str) -> HttpResponse:
+        return views.job_detail(request, self.admin_site, queue, job_id)
+
+    def act_view(self, request: HttpRequest, queue: str) -> HttpResponse:
+        return views.act(request, self.admin_site, queue)
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        name = "delayqueue_delayedjob"
+        return [
+            path("", wrap(self.changelist_view), name=f"{name}_changelist"),
+            path("<str:queue>/actions/", wrap(self.act_view), name=f"{name}_act"),
+            path("<str:queue>/job/<str:job_id>/", wrap(self.job_detail_view), name=f"{name}_job"),
+            path("<str:queue>/<str:state>/", wrap(self.job_list_view), name=f"{name}_list"),
+        ]

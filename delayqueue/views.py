@@ -1,0 +1,403 @@
+"""The admin pages for delayed jobs: dashboard, job lists, job detail, and one POST endpoint
+for every action (with a confirm step for destructive ones, then a message and a redirect).
+
+Each view checks its own permission (``delayqueue.view_jobs`` to see, ``change_jobs`` to act,
+``delete_jobs`` to delete and purge); ``admin_site.admin_view`` (see admin.py) has already sent
+anonymous users to the login page. Bad input is a 404 with a page that says what was wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any, Concatenate, ParamSpec
+
+from django.contrib import messages
+from django.contrib.admin import AdminSite
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from delayqueue import browse, operations
+from delayqueue.conf import get_config
+from delayqueue.errors import DelayQueueError, RedisUnavailable
+from delayqueue.keys import JOB_ID
+from delayqueue.models import DelayedJob
+
+P = ParamSpec("P")
+View = Callable[Concatenate[HttpRequest, AdminSite, P], HttpResponse]
+
+STATE_LABELS = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"}
+ORDER_LABELS = {
+    "scheduled": {"asc": "due soonest first", "desc": "due latest first"},
+    "inflight": {"asc": "deadline soonest first", "desc": "deadline latest first"},
+    "dead": {"asc": "died longest ago first", "desc": "died most recently first"},
+}
+DEFAULT_ORDER: dict[str, browse.Order] = {"scheduled": "asc", "inflight": "asc", "dead": "desc"}
+MAX_SEARCH = 200
+UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
+
+
+class NotFound(Exception):
+    """Bad or unknown input: rendered as a 404 page with this message."""
+
+
+def _url(name: str, *args: str) -> str:
+    return reverse(f"admin:delayqueue_delayedjob_{name}", args=args)
+
+
+def _render(
+    request: HttpRequest,
+    site: AdminSite,
+    template: str,
+    title: str,
+    status: int = 200,
+    **extra: Any,
+) -> TemplateResponse:
+    user = request.user
+    context = {
+        **site.each_context(request),
+        "title": title,
+        "opts": DelayedJob._meta,
+        "app_label": "delayqueue",
+        "can_change": user.has_perm("delayqueue.change_jobs"),
+        "can_delete": user.has_perm("delayqueue.delete_jobs"),
+        "state_labels": STATE_LABELS,
+        **extra,
+    }
+    return TemplateResponse(request, f"admin/delayqueue/{template}", context, status=status)
+
+
+def _require(request: HttpRequest, perm: str) -> None:
+    if not request.user.has_perm(f"delayqueue.{perm}"):
+        raise PermissionDenied(f"you need the permission delayqueue.{perm}")
+
+
+def guarded(view: View[P]) -> View[P]:
+    """Turn bad input into a 404 page and a Redis outage into a 503 page (never a 500)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, site: AdminSite, *args: P.args, **kwargs: P.kwargs) -> Any:
+        try:
+            return view(request, site, *args, **kwargs)
+        except NotFound as exc:
+            return _render(request, site, "problem.html", "Not found", 404, problem=str(exc))
+        except RedisUnavailable as exc:
+            return _render(
+                request, site, "problem.html", "Redis unavailable", 503, problem=str(exc)
+            )
+
+    return wrapper
+
+
+def _queue(queue: str) -> str:
+    if not browse.queue_exists(queue):
+        raise NotFound(f"There is no queue named “{queue}”.")
+    return queue
+
+
+def _state(state: str) -> browse.State:
+    for known in browse.STATES:
+        if state == known:
+            return known
+    raise NotFound(f"“{state}” is not a job list; the lists are scheduled, inflight and dead.")
+
+
+def _job_id(job_id: str) -> str:
+    if not JOB_ID.fullmatch(job_id.upper()):
+        raise NotFound(f"“{job_id}” is not a job id (a 26-character ULID).")
+    return job_id.upper()
+
+
+# ---- pages ------------------------------------------------------------------------------
+
+
+@guarded
+def dashboard(request: HttpRequest, site: AdminSite) -> HttpResponse:
+    _require(request, "view_jobs")
+    queues = browse.known_queues()
+    chart_queue = request.GET.get("chart", "")
+    if chart_queue:
+        _queue(chart_queue)
+    now, rows = browse.overview(queues)
+    chart = browse.due_chart([chart_queue] if chart_queue else queues)
+    alive, gone = browse.workers()
+    return _render(
+        request,
+        site,
+        "dashboard.html",
+        "Delayed jobs",
+        queues=rows,
+        chart=chart,
+        chart_queue=chart_queue,
+        minute_max=max([b.count for b in chart.minutes] + [1]),
+        hour_max=max([b.count for b in chart.hours] + [1]),
+        workers=alive,
+        workers_gone=gone,
+        now=browse.Moment(now, now),
+    )
+
+
+def _int_param(request: HttpRequest, name: str, default: int) -> int:
+    raw = request.GET.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise NotFound(f"?{name}={raw} is not a page number.")
+    return int(raw)
+
+
+@guarded
+def job_list(request: HttpRequest, site: AdminSite, queue: str, state: str) -> HttpResponse:
+    _require(request, "view_jobs")
+    queue, st = _queue(queue), _state(state)
+    order = request.GET.get("order") or DEFAULT_ORDER[st]
+    if order not in ("asc", "desc"):
+        raise NotFound(f"?order={order} is not an order; use asc or desc.")
+    search, task = request.GET.get("q", ""), request.GET.get("task", "")
+    if len(search) > MAX_SEARCH or len(task) > MAX_SEARCH:
+        raise NotFound(f"A search is at most {MAX_SEARCH} characters.")
+    page_number = _int_param(request, "page", 1)
+    try:
+        page = browse.job_page(
+            queue,
+            st,
+            page=page_number,
+            order="asc" if order == "asc" else "desc",
+            search=search,
+            task=task,
+        )
+    except browse.PageOutOfRange as exc:
+        raise NotFound(f"This list has no page {page_number}. {exc}.") from exc
+    actions = [a for a in ACTIONS.values() if a.state == st and _allowed(request, a)]
+    return _render(
+        request,
+        site,
+        "job_list.html",
+        f"{STATE_LABELS[st].capitalize()} jobs of {queue}",
+        queue=queue,
+        state=st,
+        state_label=STATE_LABELS[st],
+        tabs=[(s, STATE_LABELS[s], _url("list", queue, s)) for s in browse.STATES],
+        page=page,
+        order_labels=ORDER_LABELS[st],
+        actions=actions,
+        paused=operations.is_paused(queue),
+        window=browse.SEARCH_WINDOW,
+        here=request.get_full_path(),
+        links={
+            "first": _page_link(request, 1),
+            "previous": _page_link(request, page.page - 1),
+            "next": _page_link(request, page.page + 1),
+            "last": _page_link(request, page.pages),
+        },
+    )
+
+
+def _page_link(request: HttpRequest, number: int) -> str:
+    params = request.GET.copy()
+    params["page"] = str(number)
+    return f"?{params.urlencode()}"
+
+
+@guarded
+def job_detail(request: HttpRequest, site: AdminSite, queue: str, job_id: str) -> HttpResponse:
+    _require(request, "view_jobs")
+    queue, job_id = _queue(queue), _job_id(job_id)
+    job = browse.job_detail(queue, job_id)
+    if job is None:
+        raise NotFound(
+            f"Queue “{queue}” holds no job {job_id}: it has run and been acked, was cancelled "
+            "or deleted, or never existed."
+        )
+    actions = [a for a in ACTIONS.values() if a.state == job.state and _allowed(request, a)]
+    return _render(
+        request,
+        site,
+        "job_detail.html",
+        f"Job {job_id}",
+        queue=queue,
+        job=job,
+        actions=[a for a in actions if a.name != "reschedule"],
+        can_reschedule=any(a.name == "reschedule" for a in actions),
+        units=list(UNITS),
+        here=request.get_full_path(),
+    )
+
+
+# ---- actions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    label: str
+    perm: str
+    state: browse.State | None  # the state its jobs must be in; None for a queue action
+    confirm: bool
+    done: str  # "{n} jobs <done>"
+
+
+ACTIONS = {
+    a.name: a
+    for a in [
+        Action("run_now", "Run now", "change_jobs", "scheduled", False, "will run now"),
+        Action("reschedule", "Reschedule", "change_jobs", "scheduled", False, "rescheduled"),
+        Action("cancel", "Cancel", "change_jobs", "scheduled", True, "cancelled"),
+        Action(
+            "force_back",
+            "Force back to scheduled",
+            "change_jobs",
+            "inflight",
+            True,
+            "forced back to scheduled, due now",
+        ),
+        Action("retry", "Retry now", "change_jobs", "dead", False, "requeued to run now"),
+        Action("delete", "Delete", "delete_jobs", "dead", True, "deleted"),
+        Action("retry_all", "Retry all dead jobs", "change_jobs", None, True, "requeued"),
+        Action("purge_all", "Delete all dead jobs", "delete_jobs", None, True, "deleted"),
+        Action("pause", "Pause", "change_jobs", None, False, "paused"),
+        Action("resume", "Resume", "change_jobs", None, False, "resumed"),
+    ]
+}
+
+
+def _allowed(request: HttpRequest, action: Action) -> bool:
+    return request.user.has_perm(f"delayqueue.{action.perm}")
+
+
+def _next(request: HttpRequest, default: str) -> str:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return default
+
+
+def _delay_ms(request: HttpRequest) -> int:
+    raw, unit = request.POST.get("delay", "").strip(), request.POST.get("unit", "seconds")
+    try:
+        amount = float(raw)
+    except ValueError:
+        amount = -1.0
+    seconds = amount * UNITS.get(unit, 0)
+    if unit not in UNITS or not 0 <= seconds <= get_config()["MAX_DELAY"]:
+        raise ValueError(
+            f"“{raw} {unit}” is not a delay; give a number of seconds, minutes, hours or days "
+            f"from 0 up to {get_config()['MAX_DELAY'] // 86400} days."
+        )
+    return int(seconds * 1000)
+
+
+@guarded
+def act(request: HttpRequest, site: AdminSite, queue: str) -> HttpResponse:
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    queue = _queue(queue)
+    action = ACTIONS.get(request.POST.get("action", ""))
+    if action is None:
+        raise NotFound(f"“{request.POST.get('action', '')}” is not an action.")
+    _require(request, action.perm)
+    back = _url("list", queue, action.state or "dead")
+    if action.name in ("pause", "resume"):
+        back = _url("changelist")
+    target = _next(request, back)
+    ids = [_job_id(i) for i in request.POST.getlist("ids")]
+    if action.state is not None and not ids:
+        messages.warning(request, "Select jobs to act on; nothing was changed.")
+        return HttpResponseRedirect(target)
+    delay_ms = 0
+    if action.name == "reschedule":
+        try:
+            delay_ms = _delay_ms(request)
+        except ValueError as exc:
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(target)
+    if action.confirm and request.POST.get("confirmed") != "yes":
+        return _render(
+            request,
+            site,
+            "confirm.html",
+            f"{action.label}: are you sure?",
+            queue=queue,
+            action=action,
+            ids=ids,
+            next=target,
+            back=target,
+            dead_count=browse.count(queue, "dead") if action.state is None else 0,
+        )
+    try:
+        _perform(request, queue, action, ids, delay_ms)
+    except DelayQueueError as exc:
+        messages.error(request, f"{action.label} failed: {exc}")
+    return HttpResponseRedirect(target)
+
+
+def _perform(
+    request: HttpRequest, queue: str, action: Action, ids: list[str], delay_ms: int
+) -> None:
+    name = action.name
+    who = request.user.get_username()
+    if name in ("pause", "resume"):
+        if name == "pause":
+            changed = operations.pause(queue, f"paused by {who} in the admin")
+        else:
+            changed = operations.resume(queue)
+        if changed:
+            messages.success(request, f"Queue {queue} {action.done}.")
+        else:
+            messages.warning(request, f"Queue {queue} was already {action.done}; nothing changed.")
+        return
+    if name in ("retry_all", "purge_all"):
+        if name == "retry_all":
+            bulk = operations.retry_all_dead(queue)
+        else:
+            bulk = operations.purge_all_dead(queue)
+        messages.success(request, f"{bulk.done} dead jobs of {queue} {action.done}.")
+        if bulk.unrunnable:
+            messages.warning(
+                request,
+                f"{bulk.unrunnable} dead jobs stay dead: their task or arguments are missing "
+                "in Redis, so they cannot run.",
+            )
+        return
+    result = {
+        "run_now": lambda: operations.run_now(queue, ids),
+        "reschedule": lambda: operations.reschedule(queue, ids, delay_ms),
+        "cancel": lambda: operations.cancel(queue, ids),
+        "force_back": lambda: operations.force_back(
+            queue, ids, f"forced back to scheduled by {who} in the admin"
+        ),
+        "retry": lambda: operations.retry_dead(queue, ids),
+        "delete": lambda: operations.delete_dead(queue, ids),
+    }[name]()
+    _report(request, action, result)
+
+
+def _jobs(ids: list[str]) -> str:
+    if len(ids) == 1:
+        return f"Job {ids[0]}"
+    shown = ", ".join(ids[:5]) + (" …" if len(ids) > 5 else "")
+    return f"{len(ids)} jobs ({shown})"
+
+
+def _report(request: HttpRequest, action: Action, result: operations.ActionResult) -> None:
+    state = STATE_LABELS[action.state or "dead"]
+    if result.done:
+        messages.success(request, f"{_jobs(result.done)} {action.done}.")
+    if result.missed:
+        messages.warning(
+            request,
+            f"{_jobs(result.missed)}: no longer {state} — moved on meanwhile (run, retried, "
+            "cancelled or deleted by someone or something else); nothing was done.",
+        )
+    if result.unrunnable:
+        messages.warning(
+            request,
+            f"{_jobs(result.unrunnable)}: stays dead — its task or arguments are missing in "
+            "Redis, so it cannot run. Delete it instead.",
+        )
