@@ -130,7 +130,7 @@ class RedisListPublisher:
         """Whether the app's broker is kombu's Redis transport and its messages are the
         plain protocol-2 JSON messages this publisher builds."""
         conf = app.conf
-        url = str(conf.broker_write_url or conf.broker_url or "")
+        url = str(conf.broker_write_url or "")
         return (
             url.partition("://")[0].lower() in REDIS_SCHEMES
             and int(conf.task_protocol) == 2
@@ -192,6 +192,7 @@ class RedisListPublisher:
     def encode(self, message: TaskMessage, route: _Route) -> str:
         """The JSON kombu's Redis transport stores for ``send_task(message...)``."""
         task_id = str(uuid.uuid4())
+        args, kwargs = message.args or (), message.kwargs or {}  # as Celery's as_task_v2
         headers: dict[str, Any] = {
             "lang": "py",
             "task": message.name,
@@ -205,8 +206,8 @@ class RedisListPublisher:
             "timelimit": [route.time_limit, route.soft_time_limit],
             "root_id": task_id,
             "parent_id": None,
-            "argsrepr": saferepr(message.args, self.argsrepr_maxsize, self.repr_maxlevels),
-            "kwargsrepr": saferepr(message.kwargs, self.kwargsrepr_maxsize, self.repr_maxlevels),
+            "argsrepr": saferepr(args, self.argsrepr_maxsize, self.repr_maxlevels),
+            "kwargsrepr": saferepr(kwargs, self.kwargsrepr_maxsize, self.repr_maxlevels),
             "origin": self.origin,
             "ignore_result": True,
             "replaced_task_nesting": 0,
@@ -214,7 +215,7 @@ class RedisListPublisher:
             "stamps": {},
             **message.headers,
         }
-        body = f"[{json.dumps(message.args)}, {json.dumps(message.kwargs)}, {_EMBED}]"
+        body = f"[{json.dumps(args)}, {json.dumps(kwargs)}, {_EMBED}]"
         body_encoding = self._channel.body_encoding
         if body_encoding == "base64":
             encoded = base64.b64encode(body.encode()).decode("ascii")
