@@ -34,15 +34,16 @@ def due_chart(buckets: list[Bucket], title: str, chart_id: str, ticks: int = 6) 
         if bucket.count and height < 1:
             height = 1.0
         x = LEFT + i * slot
-        bars.append(
-            {
-                "x": _num(x + slot * 0.1),
-                "y": _num(TOP + plot_h - height),
-                "w": _num(slot * 0.8),
-                "h": _num(height),
-                "bucket": bucket,
-            }
-        )
+        if bucket.count:
+            bars.append(
+                {
+                    "x": _num(x + slot * 0.1),
+                    "y": _num(TOP + plot_h - height),
+                    "w": _num(slot * 0.8),
+                    "h": _num(height),
+                    "bucket": bucket,
+                }
+            )
         if i % every == 0:
             labels.append({"x": _num(x + slot / 2), "text": bucket.label})
     total = sum(b.count for b in buckets)

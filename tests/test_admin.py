@@ -1,0 +1,382 @@
+"""The delayed-jobs admin through Django's test client: every page and action, the permission
+matrix, CSRF, escaping of hostile data and bad input, on the suite's real Redis."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client, override_settings
+from django.urls import reverse
+
+from delayqueue import browse
+from delayqueue.connection import queue_keys
+from tests import jobs
+from tests.conftest import wait_for
+from tests.test_operations import make_dead, make_inflight, redis_ms, schedule, score
+
+pytestmark = pytest.mark.django_db
+
+Q = "tests"
+
+
+def url(name: str, *args: str) -> str:
+    return reverse(f"admin:delayqueue_delayedjob_{name}", args=args)
+
+
+def user_client(django_user_model: Any, name: str, *perms: str, staff: bool = True) -> Client:
+    user = django_user_model.objects.create_user(name, password="pw", is_staff=staff)
+    for codename in perms:
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label="delayqueue", codename=codename)
+        )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client(django_user_model: Any) -> Client:
+    return user_client(django_user_model, "full", "view_jobs", "change_jobs", "delete_jobs")
+
+
+@pytest.fixture
+def viewer(django_user_model: Any) -> Client:
+    return user_client(django_user_model, "viewer", "view_jobs")
+
+
+def text(response: Any) -> str:
+    return response.content.decode()
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(m) for m in response.context["messages"]] if response.context else []
+
+
+def post(client: Client, action: str, *ids: str, follow: bool = True, **extra: str) -> Any:
+    return client.post(url("act", Q), {"action": action, "ids": list(ids), **extra}, follow=follow)
+
+
+# ---- permissions ------------------------------------------------------------------------
+
+
+def test_permission_matrix_on_every_page(django_user_model, r):
+    job = schedule("a")
+    pages = [
+        url("changelist"),
+        url("list", Q, "scheduled"),
+        url("list", Q, "inflight"),
+        url("list", Q, "dead"),
+        url("job", Q, job.id),
+    ]
+    clients = {
+        "anonymous": Client(),
+        "staff": user_client(django_user_model, "staff"),
+        "viewer": user_client(django_user_model, "viewer", "view_jobs"),
+        "full": user_client(django_user_model, "full", "view_jobs", "change_jobs", "delete_jobs"),
+    }
+    for page in pages:
+        anonymous = clients["anonymous"].get(page)
+        assert anonymous.status_code == 302, page
+        assert anonymous["Location"].startswith(reverse("admin:login")), page
+        assert clients["staff"].get(page).status_code == 403, page
+        assert clients["viewer"].get(page).status_code == 200, page
+        assert clients["full"].get(page).status_code == 200, page
+
+
+def test_sidebar_entry_needs_the_view_permission(django_user_model, viewer, r):
+    index = text(viewer.get(reverse("admin:index")))
+    assert "Delayed jobs" in index and url("changelist") in index
+    staff = user_client(django_user_model, "staff")
+    assert url("changelist") not in text(staff.get(reverse("admin:index")))
+
+
+def test_actions_need_change_and_delete_permissions(django_user_model, viewer, r):
+    job, dead = schedule("a"), make_dead("d")
+    due = score(r, queue_keys(Q).scheduled, job.id)
+    assert post(viewer, "run_now", job.id).status_code == 403
+    assert post(viewer, "pause").status_code == 403
+    assert score(r, queue_keys(Q).scheduled, job.id) == due
+    changer = user_client(django_user_model, "changer", "view_jobs", "change_jobs")
+    for action in ("delete", "purge_all"):
+        response = post(changer, action, dead.id, confirmed="yes")
+        assert response.status_code == 403, action
+    assert score(r, queue_keys(Q).dead, dead.id) is not None
+    assert post(changer, "run_now", job.id).status_code == 200
+    assert score(r, queue_keys(Q).scheduled, job.id) != due
+    # the pages offer only what the user may do
+    assert "Delete selected jobs" not in text(changer.get(url("list", Q, "dead")))
+    assert "Retry now selected jobs" in text(changer.get(url("list", Q, "dead")))
+    assert 'name="action"' not in text(viewer.get(url("list", Q, "scheduled")))
+
+
+def test_csrf_is_enforced_on_actions(django_user_model, r):
+    job = schedule("a")
+    due = score(r, queue_keys(Q).scheduled, job.id)
+    user = django_user_model.objects.create_user("full", password="pw", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="delayqueue"),
+    )
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    refused = client.post(url("act", Q), {"action": "run_now", "ids": [job.id]})
+    assert refused.status_code == 403
+    assert score(r, queue_keys(Q).scheduled, job.id) == due
+    page = text(client.get(url("job", Q, job.id)))
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token is not None
+    accepted = client.post(
+        url("act", Q),
+        {"action": "run_now", "ids": [job.id], "csrfmiddlewaretoken": token.group(1)},
+    )
+    assert accepted.status_code == 302
+    assert score(r, queue_keys(Q).scheduled, job.id) != due
+
+
+def test_actions_are_post_only(admin_client, r):
+    assert admin_client.get(url("act", Q), {"action": "pause"}).status_code == 405
+    assert not r.exists(queue_keys(Q).paused)
+
+
+# ---- pages ------------------------------------------------------------------------------
+
+
+def test_dashboard_shows_queues_counts_chart_and_live_workers(admin_client, delay_worker, r):
+    schedule("soon", seconds=150)
+    make_inflight("f")
+    make_dead("d")
+    schedule("x", seconds=5, queue="other", task=jobs.plain)
+    r.sadd("dq:queues", Q)
+    worker = delay_worker("--queues", "other")
+    wait_for(lambda: r.zcard("dq:workers"))
+    response = admin_client.get(url("changelist"))
+    page = text(response)
+    assert response.status_code == 200
+    rows = {q.name: q for q in response.context["queues"]}
+    assert (rows[Q].scheduled, rows[Q].inflight, rows[Q].dead) == (1, 1, 1)
+    assert rows[Q].last_minute.dispatched == 2 and rows[Q].last_minute.failed == 1
+    assert rows["other"].scheduled == 1
+    assert "in 2 min" in page  # next due of "tests"
+    assert '<svg viewBox="0 0 600 160" role="img"' in page
+    assert "+2 min" in page and ": 1 job</title>" in page  # the bar of "soon"
+    assert f'<td class="num">{worker.pid}</td>' in page
+    only = admin_client.get(url("changelist"), {"chart": "other"})
+    assert only.context["chart"].minutes[0].count == 1
+    assert sum(b.count for b in only.context["chart"].minutes) == 1
+    assert admin_client.get(url("changelist"), {"chart": "nope"}).status_code == 404
+
+
+def test_dashboard_says_when_no_worker_is_alive_and_no_queue_exists(admin_client, r):
+    page = text(admin_client.get(url("changelist")))
+    assert "No queues yet" in page
+    assert "is alive: no scheduled job will be dispatched" in page
+
+
+def test_list_pages_paginate_order_and_search(admin_client, r):
+    made = [schedule(f"j{i}", seconds=100 + i) for i in range(60)]
+    keyed = schedule("k", seconds=5000, key="close-order:7")
+    first = admin_client.get(url("list", Q, "scheduled"))
+    assert [row.id for row in first.context["page"].rows] == [j.id for j in made[:50]]
+    assert "1–50 of 61" in text(first) and "page 1 of 2" in text(first)
+    second = admin_client.get(url("list", Q, "scheduled"), {"page": "2", "order": "desc"})
+    assert [row.id for row in second.context["page"].rows][-1] == made[0].id
+    assert "in 1 min" in text(first)  # made[0] is due in 100 s
+    found = admin_client.get(url("list", Q, "scheduled"), {"q": "close-order:7"})
+    assert [row.id for row in found.context["page"].rows] == [keyed.id]
+    assert "Found by exact dedupe key" in text(found)
+    by_id = admin_client.get(url("list", Q, "dead"), {"q": keyed.id})
+    assert "That job is not dead: it is" in text(by_id)
+    assert url("job", Q, keyed.id) in text(by_id)
+    by_task = admin_client.get(url("list", Q, "scheduled"), {"task": "tests.jobs.record"})
+    assert by_task.context["page"].matched == 61
+    none = admin_client.get(url("list", Q, "scheduled"), {"task": "tests.jobs.plain"})
+    assert "No scheduled job matches" in text(none)
+
+
+def test_search_says_it_is_bounded(admin_client, r, monkeypatch):
+    monkeypatch.setattr(browse, "SEARCH_WINDOW", 10)
+    for i in range(15):
+        schedule(f"j{i}")
+    page = text(admin_client.get(url("list", Q, "scheduled"), {"q": "record"}))
+    assert "among the first 10 of 15 jobs" in page and "bounded to 10 jobs" in page
+
+
+def test_job_detail_shows_everything_about_a_dead_job(admin_client, r):
+    job = make_dead("d", error="ValueError: boom", key="order:9")
+    response = admin_client.get(url("job", Q, job.id))
+    page = text(response)
+    assert "tests.jobs.record" in page and "order:9" in page
+    assert '<pre class="code" id="job-args">[\n  &quot;d&quot;\n]</pre>' in page
+    assert "1 of 1" in page  # attempts of max
+    assert "Fencing token</dt><dd>1</dd>" in page
+    assert "ValueError: boom" in page and "Traceback (most recent call last)" in page
+    assert "failed 1 of 1 attempts" in page  # why it is dead
+    assert "<td>failed</td>" in page  # the attempt's outcome
+    assert "Retry now" in page and "Delete…" in page
+
+
+def test_hostile_job_data_is_escaped_everywhere(admin_client, r):
+    hostile = "<script>alert(1)</script>"
+    job = schedule(hostile, key=f"k{hostile}")
+    dead = make_dead(hostile, error=f"ValueError: {hostile}")
+    pages = [
+        url("list", Q, "scheduled"),
+        url("list", Q, "dead"),
+        url("job", Q, job.id),
+        url("job", Q, dead.id),
+        url("list", Q, "scheduled") + "?q=" + hostile,
+    ]
+    for page in pages:
+        body = text(admin_client.get(page))
+        assert "<script>alert" not in body, page
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body, page
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("list:tests:scheduled?page=abc", "is not a page number"),
+        ("list:tests:scheduled?page=0", "has no page 0"),
+        ("list:tests:scheduled?page=99", "has no page 99"),
+        ("list:tests:scheduled?order=sideways", "is not an order"),
+        ("list:tests:sideways", "is not a job list"),
+        ("list:nosuchqueue:scheduled", "There is no queue named"),
+        ("list:bad%20name:scheduled", "There is no queue named"),
+        ("job:tests:not-a-job-id", "is not a job id"),
+        ("job:tests:01ARZ3NDEKTSV4RRFFQ69G5FAV", "holds no job 01ARZ3NDEKTSV4RRFFQ69G5FAV"),
+    ],
+)
+def test_bad_input_is_a_404_with_a_message(admin_client, r, path, message):
+    schedule("a")
+    name, queue, rest = path.split(":", 2)
+    rest, _, query = rest.partition("?")
+    target = f"{url(name, 'Q', 'X').replace('/Q/', f'/{queue}/').replace('/X/', f'/{rest}/')}"
+    response = admin_client.get(f"{target}?{query}" if query else target)
+    assert response.status_code == 404
+    assert message in text(response)
+    assert "Back to the delayed jobs dashboard" in text(response)
+
+
+def test_bad_action_input_is_a_404_or_a_message(admin_client, r):
+    job = schedule("a")
+    assert post(admin_client, "explode", job.id).status_code == 404
+    assert post(admin_client, "run_now", "../../etc").status_code == 404
+    nothing = post(admin_client, "run_now")
+    assert "Select jobs to act on; nothing was changed." in messages_of(nothing)
+    bad_delay = post(admin_client, "reschedule", job.id, delay="soon", unit="minutes")
+    assert any("is not a delay" in m for m in messages_of(bad_delay))
+    too_far = post(admin_client, "reschedule", job.id, delay="9999", unit="days")
+    assert any("is not a delay" in m for m in messages_of(too_far))
+
+
+@override_settings(DELAYQUEUE={"REDIS_URL": "redis://127.0.0.1:1/0", "SOCKET_TIMEOUT": 1})
+def test_redis_down_is_a_clear_503(admin_client):
+    for page in (url("changelist"), url("list", Q, "scheduled")):
+        response = admin_client.get(page)
+        assert response.status_code == 503
+        assert "did not answer" in text(response)
+
+
+# ---- actions ----------------------------------------------------------------------------
+
+
+def test_run_now_and_reschedule_from_the_job_page(admin_client, r):
+    job = schedule("a", seconds=3600)
+    before = redis_ms(r)
+    response = post(admin_client, "run_now", job.id, next=url("list", Q, "scheduled"))
+    assert response.redirect_chain[-1][0] == url("list", Q, "scheduled")
+    assert f"Job {job.id} will run now." in messages_of(response)
+    due = score(r, queue_keys(Q).scheduled, job.id)
+    assert due is not None and before <= due <= redis_ms(r)
+    later = post(admin_client, "reschedule", job.id, delay="2", unit="hours")
+    assert f"Job {job.id} rescheduled." in messages_of(later)
+    due = score(r, queue_keys(Q).scheduled, job.id)
+    assert due is not None and due >= before + 2 * 3600_000
+
+
+def test_cancel_asks_first_then_cancels(admin_client, r):
+    job = schedule("a")
+    confirm = post(admin_client, "cancel", job.id)
+    assert confirm.status_code == 200
+    assert "Yes, I’m sure" in text(confirm) and job.id in text(confirm)
+    assert score(r, queue_keys(Q).scheduled, job.id) is not None
+    done = post(admin_client, "cancel", job.id, confirmed="yes")
+    assert f"Job {job.id} cancelled." in messages_of(done)
+    assert not r.exists(queue_keys(Q).job(job.id))
+
+
+def test_force_back_an_inflight_job(admin_client, r):
+    job = make_inflight("f")
+    assert "Yes, I’m sure" in text(post(admin_client, "force_back", job.id))
+    done = post(admin_client, "force_back", job.id, confirmed="yes")
+    assert f"Job {job.id} forced back to scheduled, due now." in messages_of(done)
+    assert score(r, queue_keys(Q).scheduled, job.id) is not None
+    assert "by full in the admin" in (r.hget(queue_keys(Q).job(job.id), "hist") or "")
+
+
+def test_retry_and_delete_dead_jobs_one_and_in_bulk(admin_client, r):
+    one, two, three, four = (make_dead(f"d{i}") for i in range(4))
+    retried = post(admin_client, "retry", one.id)
+    assert f"Job {one.id} requeued to run now." in messages_of(retried)
+    assert score(r, queue_keys(Q).scheduled, one.id) is not None
+    bulk = post(admin_client, "retry", two.id, three.id)
+    assert any(m.startswith("2 jobs (") for m in messages_of(bulk))
+    confirm = post(admin_client, "delete", four.id)
+    assert "gone for good" in text(confirm)
+    assert score(r, queue_keys(Q).dead, four.id) is not None
+    deleted = post(admin_client, "delete", four.id, confirmed="yes")
+    assert f"Job {four.id} deleted." in messages_of(deleted)
+    assert r.zcard(queue_keys(Q).dead) == 0
+
+
+def test_retry_all_and_purge_all_dead(admin_client, r):
+    for i in range(3):
+        make_dead(f"d{i}")
+    confirm = post(admin_client, "retry_all")
+    assert "Requeue all 3 dead jobs" in text(confirm)
+    assert "3 dead jobs of tests requeued." in messages_of(
+        post(admin_client, "retry_all", confirmed="yes")
+    )
+    assert r.zcard(queue_keys(Q).dead) == 0 and r.zcard(queue_keys(Q).scheduled) == 3
+    for i in range(2):
+        make_dead(f"e{i}")
+    assert "Delete all 2 dead jobs" in text(post(admin_client, "purge_all"))
+    purged = post(admin_client, "purge_all", confirmed="yes")
+    assert "2 dead jobs of tests deleted." in messages_of(purged)
+    assert r.zcard(queue_keys(Q).dead) == 0
+
+
+def test_an_action_on_a_job_that_moved_on_says_so(admin_client, r):
+    job, dead = schedule("a"), make_dead("d")
+    operations_done_elsewhere = [
+        ("run_now", job.id, lambda: r.zrem(queue_keys(Q).scheduled, job.id)),
+        ("retry", dead.id, lambda: r.zrem(queue_keys(Q).dead, dead.id)),
+    ]
+    for action, job_id, move_on in operations_done_elsewhere:
+        move_on()
+        response = post(admin_client, action, job_id, confirmed="yes")
+        assert response.status_code == 200
+        assert any("moved on meanwhile" in m and job_id in m for m in messages_of(response))
+    for action in ("cancel", "force_back", "delete"):
+        response = post(admin_client, action, job.id, confirmed="yes")
+        assert any("moved on meanwhile" in m for m in messages_of(response)), action
+
+
+def test_pause_and_resume_a_queue(admin_client, r):
+    schedule("a")
+    paused = post(admin_client, "pause")
+    assert paused.redirect_chain[-1][0] == url("changelist")
+    assert "Queue tests paused." in messages_of(paused)
+    assert r.get(queue_keys(Q).paused) == "paused by full in the admin"
+    assert "badge paused" in text(paused)
+    assert "was already paused" in messages_of(post(admin_client, "pause"))[0]
+    assert "Queue tests resumed." in messages_of(post(admin_client, "resume"))
+    assert not r.exists(queue_keys(Q).paused)
+
+
+def test_unsafe_next_urls_are_ignored(admin_client, r):
+    job = schedule("a")
+    response = post(admin_client, "run_now", job.id, follow=False, next="https://evil.example/")
+    assert response["Location"] == url("list", Q, "scheduled")

@@ -1,0 +1,122 @@
+"""The delayed-jobs admin in a real browser (Debian's headless Chromium through Playwright)
+against a live server, with real jobs run by a real delay worker and Celery worker.
+
+Screenshots go to test-artifacts/ at the repository root (git-ignored)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from tests import jobs
+from tests.conftest import ROOT, wait_for
+from tests.test_operations import schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+ARTIFACTS = ROOT / "test-artifacts"
+DASHBOARD = "/admin/delayqueue/delayedjob/"
+
+
+@pytest.fixture
+def operator(django_user_model: Any) -> tuple[str, str]:
+    """A superuser, created before the browser starts (the ORM refuses to run while
+    Playwright's event loop is running in this thread)."""
+    django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pw")
+    return "operator", "s3cret-pw"
+
+
+@pytest.fixture
+def page(live_server: Any, operator: tuple[str, str]) -> Iterator[Page]:
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+        context.set_default_timeout(15_000)
+        tab = context.new_page()
+        tab.goto(f"{live_server.url}/admin/login/?next={DASHBOARD}")
+        tab.fill("#id_username", operator[0])
+        tab.fill("#id_password", operator[1])
+        tab.click("input[type=submit]")
+        expect(tab.locator("h1")).to_have_text("Delayed jobs")
+        try:
+            yield tab
+        finally:
+            context.close()
+            browser.close()
+
+
+def reload_until(page: Page, predicate: Any, timeout: float = 20) -> None:
+    def check() -> bool:
+        page.reload()
+        return bool(predicate())
+
+    wait_for(check, timeout=timeout, interval=0.2)
+
+
+def test_operator_runs_a_scheduled_job_now_and_retries_a_dead_one(
+    page, live_server, celery_worker, delay_worker, r
+):
+    target = schedule("by-key", seconds=3600, key="close-order:1001")
+    for minutes in (3, 3, 7, 12, 40, 41):
+        schedule(f"later-{minutes}", seconds=minutes * 60)
+    schedule("tomorrow", seconds=20 * 3600)
+    worker = delay_worker("--queues", "tests")
+    doomed = jobs.always_fails.delay_for("doomed", seconds=0, on_commit=False)
+    wait_for(lambda: r.zscore("dq:{tests}:dead", doomed.id) is not None, timeout=30)
+
+    # the dashboard: the queue with its counts, the chart, the live worker
+    page.goto(f"{live_server.url}{DASHBOARD}")
+    row = page.locator("tr[data-queue=tests]")
+    expect(row.locator("td").first).to_have_text("8")  # scheduled
+    expect(page.locator("#due-chart svg rect.bar").first).to_be_visible()
+    expect(page.locator("#workers")).to_contain_text(str(worker.pid))
+    page.screenshot(path=str(ARTIFACTS / "admin-dashboard.png"), full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=str(ARTIFACTS / "admin-dashboard-390.png"), full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+    # find the scheduled job by its key and run it now: it leaves the list and runs
+    row.locator("a").first.click()
+    page.fill("#searchbar", "close-order:1001")
+    page.click("#search-button")
+    job_row = page.locator(f"tr[data-job='{target.id}']")
+    expect(job_row).to_be_visible()
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    page.screenshot(path=str(ARTIFACTS / "admin-job-list-dark.png"), full_page=True)
+    page.emulate_media(color_scheme="light")
+    job_row.locator("input[name=ids]").check()
+    page.select_option("select[name=action]", "run_now")
+    page.click("#changelist-form button[type=submit]")
+    expect(page.locator(".messagelist")).to_contain_text(f"Job {target.id} will run now.")
+    reload_until(page, lambda: page.locator(f"tr[data-job='{target.id}']").count() == 0)
+    expect(page.locator("#result_list")).to_contain_text("No scheduled job matches.")
+    wait_for(lambda: [run for run in jobs.ran("record") if run["tag"] == "by-key"])
+
+    # the dead job: its page shows the traceback; retry it and the Celery worker runs it again
+    page.goto(f"{live_server.url}{DASHBOARD}tests/dead/")
+    page.click(f"tr[data-job='{doomed.id}'] th a")
+    expect(page.locator("#traceback")).to_contain_text("ValueError: boom doomed")
+    expect(page.locator("#attempts")).to_contain_text("failed")
+    page.screenshot(path=str(ARTIFACTS / "admin-job-detail.png"), full_page=True)
+    runs_before = len(jobs.ran("fail"))
+    assert runs_before == 3
+    page.click("#job-actions button:has-text('Retry now')")
+    expect(page.locator(".messagelist")).to_contain_text(f"Job {doomed.id} requeued to run now.")
+    wait_for(lambda: len(jobs.ran("fail")) > runs_before, timeout=30)
