@@ -1,0 +1,84 @@
+"""``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...] [--aof]``"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from bench.env import BenchEnv
+    from bench.report import Figure
+    from bench.throughput import Sizes
+
+SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "memory", "scale")
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]:
+    from bench import throughput, timing
+
+    return {
+        "enqueue": throughput.enqueue,
+        "claim": throughput.claim,
+        "dispatch": timing.dispatch,
+        "lateness": timing.lateness,
+        "memory": throughput.memory,
+        "scale": throughput.scale,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario in <60 s")
+    parser.add_argument("--json", type=Path, help="where to write the figures")
+    parser.add_argument("--only", help=f"comma-separated scenarios of {','.join(SCENARIOS)}")
+    parser.add_argument("--aof", action="store_true", help="Redis with appendfsync everysec")
+    options = parser.parse_args(argv)
+    only = [s.strip() for s in options.only.split(",")] if options.only else list(SCENARIOS)
+    unknown = set(only) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+
+    from bench.env import BenchEnv
+
+    console = Console(width=max(Console().width, 150))  # the table is wide: don't fold it
+    env = BenchEnv(aof=options.aof)
+    from bench.report import print_table, write_json
+    from bench.throughput import SMOKE, Sizes
+
+    sizes = SMOKE if options.smoke else Sizes()
+    functions = scenario_functions()
+    figures: list[Figure] = []
+    timings: dict[str, float] = {}
+    try:
+        for name in only:
+            console.log(f"scenario {name} ...")
+            started = time.perf_counter()
+            figures += functions[name](env, sizes)
+            timings[name] = round(time.perf_counter() - started, 2)
+    finally:
+        env.close()
+    print_table(figures, console)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = options.json or RESULTS / f"{stamp}.json"
+    params = {
+        "smoke": options.smoke,
+        "aof": options.aof,
+        "scenarios": only,
+        "sizes": asdict(sizes),
+        "seconds": timings,
+    }
+    console.print(f"figures written to {write_json(figures, path, params)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The benchmark's own world: a redis-server, Django set up on it, and child processes
+(Celery worker, delay workers) that share it through the environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from tests.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+DQ_DB, BROKER_DB, RAW_DB = 0, 1, 3
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.005
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"benchmark: {what} did not happen within {timeout:.0f} s")
+        time.sleep(interval)
+
+
+class Child:
+    """A child process with its output in a file."""
+
+    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log = log
+        self.handle = log.open("wb")
+        self.popen = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=self.handle, stderr=subprocess.STDOUT
+        )
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        self.handle.flush()
+        return self.log.read_text(errors="replace")
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self.handle.close()
+
+
+class BenchEnv:
+    """Starts redis-server before Django is set up, so that ``bench.settings`` (and every
+    child) uses it; ``close()`` stops every process it started."""
+
+    def __init__(self, *, aof: bool = False) -> None:
+        extra = ["--maxmemory-policy", "noeviction"]
+        self.server = RedisServer(appendonly=aof, appendfsync="everysec", extra=extra).start()
+        self.dir = Path(tempfile.mkdtemp(prefix="dq-bench-"))
+        os.environ["DQ_TEST_REDIS_PORT"] = str(self.server.port)
+        os.environ["DQ_TEST_REDIS_RUN_ID"] = str(self.server.run_id)
+        os.environ["DQ_TEST_DIR"] = str(self.dir)
+        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+        self.children: list[Child] = []
+        self.celery: Child | None = None
+
+        import django
+
+        django.setup()
+
+    # ---- Redis -----------------------------------------------------------------------
+
+    def client(self, db: int = DQ_DB, decode: bool = True) -> redis.Redis:
+        return redis.Redis(port=self.server.port, db=db, decode_responses=decode, socket_timeout=60)
+
+    def flush(self, *dbs: int) -> None:
+        for db in dbs or (DQ_DB, BROKER_DB, RAW_DB):
+            self.server.flush(db)
+        from delayqueue import connection
+
+        connection.reset()
+
+    def used_memory(self) -> int:
+        return int(self.client().info("memory")["used_memory"])
+
+    # ---- children --------------------------------------------------------------------
+
+    def child_env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(ROOT)
+        env.update(extra)
+        return env
+
+    def start_celery(self, concurrency: int = 2) -> Child:
+        """A Celery worker on the default queue; ready once it has run a ping task."""
+        if self.celery is not None and self.celery.alive():
+            return self.celery
+        worker = self._start(
+            "celery",
+            [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "warning",
+             "-c", str(concurrency), "-Q", "celery", "-O", "fair",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        )  # fmt: skip
+        self.celery = worker
+        from bench import tasks
+
+        token = uuid.uuid4().hex
+        tasks.ping.delay(token)
+        wait_for(
+            lambda: self.client().get(tasks.PING) == token or not worker.alive(),
+            60,
+            "the Celery worker's start",
+        )
+        if not worker.alive():
+            raise RuntimeError(f"Celery worker died:\n{worker.output()}")
+        return worker
+
+    def start_delay_workers(self, count: int, queue: str, **env: str) -> list[Child]:
+        """``count`` run_delay_worker processes; ready once each has sent a heartbeat."""
+        from delayqueue.connection import global_keys
+
+        workers_key = global_keys().workers
+        before = int(self.client().zcard(workers_key))
+        args = [sys.executable, "manage.py", "run_delay_worker", "--queues", queue, "-v", "1"]
+        if "BENCH_DISPATCH_MODE" in env:
+            args.append("--skip-checks")  # DISPATCH_MODE may be a setting the checks don't know
+        started = [self._start(f"delay-worker-{queue}-{i}", args, **env) for i in range(count)]
+
+        def ready() -> bool:
+            for worker in started:
+                if not worker.alive():
+                    raise RuntimeError(f"delay worker died:\n{worker.output()}")
+            return int(self.client().zcard(workers_key)) >= before + count
+
+        wait_for(ready, 60, "the delay workers' start", interval=0.05)
+        return started
+
+    def _start(self, name: str, args: list[str], **env: str) -> Child:
+        log = self.dir / f"{name}-{len(self.children)}.log"
+        child = Child(name, args, log, self.child_env(**env))
+        self.children.append(child)
+        return child
+
+    def stop(self, children: list[Child]) -> None:
+        for child in children:
+            child.stop()
+
+    def close(self) -> None:
+        for child in self.children:
+            child.stop()
+        self.server.cleanup()

@@ -1,0 +1,15 @@
+"""Settings of the benchmark: the test suite's (its own redis-server, whose port the parent
+passes to child processes in DQ_TEST_REDIS_PORT) plus the benchmark's tasks."""
+
+import os
+
+from tests.settings import *  # noqa: F403
+
+CELERY_IMPORTS = ["tests.jobs", "bench.tasks"]
+# Jobs dispatched with no Celery worker consuming them wait in a queue of their own.
+CELERY_TASK_ROUTES = {"bench.tasks.sink": {"queue": "bench-sink"}}
+CELERY_WORKER_PREFETCH_MULTIPLIER = 16
+DELAYQUEUE = {"REDIS_URL": os.environ["REDIS_URL"], "SAFETY_POLL": 5.0}
+if "BENCH_DISPATCH_MODE" in os.environ:  # the send_task baseline of the dispatch scenario
+    DELAYQUEUE["DISPATCH_MODE"] = os.environ["BENCH_DISPATCH_MODE"]
+LOGGING = {"version": 1, "disable_existing_loggers": False}

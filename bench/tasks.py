@@ -1,0 +1,48 @@
+"""The benchmark's tasks. Each reports to Redis (database 0, beside the jobs) so the
+benchmark can see what ran and when."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+from celery import shared_task
+
+from delayqueue import delayed_task
+
+LATENESS = "bench:lateness"  # list of "due_ms started_ms"
+RAN = "bench:ran"  # counter
+PING = "bench:ping"
+
+_client: redis.Redis | None = None
+
+
+def client() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    return _client
+
+
+@delayed_task(queue="bench")
+def stamp(due_ms: int) -> None:
+    """Record when it started against when it was due (lateness scenario)."""
+    started_ms = time.time() * 1000
+    client().rpush(LATENESS, f"{due_ms} {started_ms:.3f}")
+
+
+@delayed_task(queue="bench")
+def noop(n: int) -> None:
+    """Count a run (dispatch end to end); the job's payload is one int."""
+    client().incr(RAN)
+
+
+@delayed_task(queue="bench")
+def sink(n: int) -> None:
+    """Routed to a Celery queue no worker consumes: dispatch is measured on the broker."""
+
+
+@shared_task(name="bench.tasks.ping")
+def ping(token: str) -> None:
+    client().set(PING, token)

@@ -1,0 +1,202 @@
+"""Scenarios measured in this process: enqueue, claim, memory and scale."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench import baselines
+from bench.env import BROKER_DB, DQ_DB, BenchEnv
+from bench.report import Figure
+from delayqueue import queue as client
+from delayqueue.worker import Claimed, DelayWorker
+
+
+@dataclass(frozen=True)
+class Sizes:
+    enqueue: int = 20_000  # delay_for calls (and raw EVALSHAs, Celery countdowns / 4)
+    many: int = 200_000  # jobs written by delay_many
+    many_batch: int = 1_000
+    claim: int = 100_000
+    claim_batch: int = 500  # the worker's default BATCH_SIZE
+    dispatch: int = 20_000
+    dispatch_workers: tuple[int, ...] = (1, 2, 4)
+    end_to_end: int = 5_000
+    late_rate: int = 1_000  # jobs/s
+    late_seconds: float = 20.0
+    late_delays: tuple[float, float] = (1.0, 10.0)
+    memory: int = 100_000
+    memory_celery: int = 10_000
+    scale: tuple[int, int] = (1_000, 1_000_000)
+    scale_probe: int = 5_000
+
+
+SMOKE = Sizes(
+    enqueue=300, many=2_000, claim=2_000, dispatch=600, dispatch_workers=(1, 2),
+    end_to_end=200, late_rate=200, late_seconds=1.0, late_delays=(0.2, 1.0),
+    memory=1_000, memory_celery=200, scale=(1_000, 20_000), scale_probe=300,
+)  # fmt: skip
+
+QUEUE = "bench"
+
+
+def _noop() -> Any:
+    from bench.tasks import noop
+
+    return noop
+
+
+class ClaimOnly(DelayWorker):
+    """The delay worker's pass (reap + claim in one round trip, rows decoded), with the
+    dispatch left out."""
+
+    claimed = 0
+
+    def dispatch(self, jobs: list[Claimed]) -> None:
+        self.claimed += len(jobs)
+
+
+def fill(count: int, *, due_now: bool = False, batch: int = 1_000) -> None:
+    """Schedule ``count`` jobs of the small payload through delay_many, spread over an hour
+    (or all due now)."""
+    noop = _noop()
+    for start in range(0, count, batch):
+        specs = [
+            client.spec(noop, (i,), delay=0 if due_now else 3_600 + random.random() * 3_600)
+            for i in range(start, min(count, start + batch))
+        ]
+        client.delay_many(specs, on_commit=False)
+
+
+# ---- 1. enqueue ---------------------------------------------------------------------------
+
+
+def enqueue(env: BenchEnv, sizes: Sizes) -> list[Figure]:
+    noop = _noop()
+    env.flush()
+    raw = baselines.evalsha_rate(env, sizes.enqueue)
+    noop.delay_for(0, seconds=3_600)  # connect, load scripts, remember the queue
+    started = time.perf_counter()
+    for i in range(sizes.enqueue):
+        noop.delay_for(i, seconds=3_600 + i % 3_600)
+    one = sizes.enqueue / (time.perf_counter() - started)
+
+    env.flush()
+    zadds = baselines.zadd_pipeline_rate(env, sizes.many)
+    calls = [(i,) for i in range(sizes.many_batch)]
+    started = time.perf_counter()
+    for _ in range(0, sizes.many, sizes.many_batch):
+        noop.delay_many(calls, seconds=3_600)
+    many = sizes.many / (time.perf_counter() - started)
+
+    env.flush()
+    countdown = baselines.celery_countdown_rate(max(100, sizes.enqueue // 4))
+    env.flush()
+    return [
+        Figure("enqueue", "delay_for, one at a time", one, "jobs/s",
+               "raw EVALSHA, 1 round trip/job", raw, "≥ 0.8x raw", one >= 0.8 * raw),
+        Figure("enqueue", "delay_for, one at a time", one, "jobs/s",
+               "Celery apply_async(countdown)", countdown),
+        Figure("enqueue", f"delay_many, batches of {sizes.many_batch:,}", many, "jobs/s",
+               "raw pipeline of 1,000 ZADDs", zadds, "≥ 50,000 jobs/s", many >= 50_000),
+    ]  # fmt: skip
+
+
+# ---- 2. claim -----------------------------------------------------------------------------
+
+
+def claim_rate(count: int, batch: int) -> float:
+    worker = ClaimOnly([QUEUE], batch_size=batch)
+    started = time.perf_counter()
+    while worker.claimed < count:
+        before = worker.claimed
+        worker.run_pass()
+        if worker.claimed == before:
+            raise RuntimeError(f"claim stopped at {worker.claimed} of {count} due jobs")
+    return count / (time.perf_counter() - started)
+
+
+def claim(env: BenchEnv, sizes: Sizes) -> list[Figure]:
+    env.flush()
+    fill(sizes.claim, due_now=True)
+    time.sleep(0.01)  # every job is due
+    rate = claim_rate(sizes.claim, sizes.claim_batch)
+    raw = baselines.move_rate(env, sizes.claim, sizes.claim_batch)
+    env.flush()
+    return [
+        Figure("claim", f"worker pass, batches of {sizes.claim_batch}", rate, "jobs/s",
+               f"raw Lua zset->zset move, {sizes.claim_batch}/call", raw,
+               "≥ 50,000 jobs/s", rate >= 50_000),
+    ]  # fmt: skip
+
+
+# ---- 5. memory ----------------------------------------------------------------------------
+
+
+def memory(env: BenchEnv, sizes: Sizes) -> list[Figure]:
+    noop = _noop()
+    env.flush()
+    noop.delay_for(0, seconds=3_600, key="warm")
+    before = env.used_memory()
+    for start in range(0, sizes.memory, 1_000):
+        specs = [
+            client.spec(noop, (i,), delay=3_600 + random.random() * 3_600, key=f"order:{i}")
+            for i in range(start, min(sizes.memory, start + 1_000))
+        ]
+        client.delay_many(specs, on_commit=False)
+    per_job = (env.used_memory() - before) / sizes.memory
+
+    env.flush()
+    before = env.used_memory()
+    baselines.celery_countdown_rate(sizes.memory_celery)
+    celery_per_job = (env.used_memory() - before) / (sizes.memory_celery + 1)
+    env.flush(DQ_DB, BROKER_DB)
+    return [
+        Figure("memory", "Redis bytes per scheduled job (int arg + key)", per_job, "B/job",
+               "Celery countdown message in the broker", celery_per_job,
+               "≤ 350 B/job", per_job <= 350),
+    ]  # fmt: skip
+
+
+# ---- 6. scale -----------------------------------------------------------------------------
+
+
+def _enqueue_cost(probe: int) -> float:
+    noop = _noop()
+    started = time.perf_counter()
+    for i in range(probe):
+        noop.delay_for(i, seconds=3_600 + random.random() * 3_600)
+    return (time.perf_counter() - started) / probe
+
+
+def _claim_cost(probe: int, batch: int) -> float:
+    fill(probe, due_now=True)
+    time.sleep(0.01)
+    return 1 / claim_rate(probe, batch)
+
+
+def scale(env: BenchEnv, sizes: Sizes) -> list[Figure]:
+    small, large = sizes.scale
+    costs: dict[int, tuple[float, float, float]] = {}
+    for size in (small, large):
+        env.flush()
+        fill(size, batch=2_000)
+        enqueue_cost = _enqueue_cost(sizes.scale_probe)
+        claim_cost = _claim_cost(sizes.scale_probe, sizes.claim_batch)
+        raw_cost = 1 / baselines.evalsha_rate(env, sizes.scale_probe, prefill=size)
+        costs[size] = (enqueue_cost, claim_cost, raw_cost)
+    env.flush()
+    enqueue_ratio = costs[large][0] / costs[small][0]
+    claim_ratio = costs[large][1] / costs[small][1]
+    raw_ratio = costs[large][2] / costs[small][2]
+    label = f"cost at {large:,} / at {small:,} scheduled"
+    detail = {str(size): {"enqueue_us": c[0] * 1e6, "claim_us": c[1] * 1e6, "raw_us": c[2] * 1e6}
+              for size, c in costs.items()}  # fmt: skip
+    return [
+        Figure("scale", f"enqueue {label}", enqueue_ratio, "x", "raw EVALSHA, same sizes",
+               raw_ratio, "≤ 1.3x", enqueue_ratio <= 1.3, detail),
+        Figure("scale", f"claim {label}", claim_ratio, "x", "raw EVALSHA, same sizes",
+               raw_ratio, "≤ 1.3x", claim_ratio <= 1.3, detail),
+    ]  # fmt: skip
