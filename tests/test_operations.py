@@ -69,7 +69,7 @@ def make_dead(tag: str, *, error: str = "ValueError: boom", **kw: Any) -> Job:
 
 
 def score(r: redis.Redis, zset: str, job_id: str) -> float | None:
-    return r.zscore(zset, job_id)  # type: ignore[return-value]
+    return r.zscore(zset, job_id)
 
 
 def redis_ms(r: redis.Redis) -> int:
