@@ -65,7 +65,6 @@ def _render(
         "app_label": "delayqueue",
         "can_change": user.has_perm("delayqueue.change_jobs"),
         "can_delete": user.has_perm("delayqueue.delete_jobs"),
-        "state_labels": STATE_LABELS,
         **extra,
     }
     return TemplateResponse(request, f"admin/delayqueue/{template}", context, status=status)
@@ -133,8 +132,6 @@ def dashboard(request: HttpRequest, site: AdminSite) -> HttpResponse:
         queues=rows,
         chart=chart,
         chart_queue=chart_queue,
-        minute_max=max([b.count for b in chart.minutes] + [1]),
-        hour_max=max([b.count for b in chart.hours] + [1]),
         workers=alive,
         workers_gone=gone,
         now=browse.Moment(now, now),

@@ -232,6 +232,8 @@ def test_hostile_job_data_is_escaped_everywhere(admin_client, r):
         body = text(admin_client.get(page))
         assert "<script>alert" not in body, page
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body, page
+    bad_id = text(admin_client.get(url("job", Q, "J").replace("/J/", "/<img onerror=x>/")))
+    assert "“&lt;img onerror=x&gt;” is not a job id" in bad_id
 
 
 @pytest.mark.parametrize(
