@@ -295,7 +295,11 @@ def act(request: HttpRequest, site: AdminSite, queue: str) -> HttpResponse:
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     queue = _queue(queue)
-    action = ACTIONS.get(request.POST.get("action", ""))
+    name = request.POST.get("action", "")
+    if not name:
+        messages.warning(request, "Choose an action; nothing was changed.")
+        return HttpResponseRedirect(_next(request, _url("changelist")))
+    action = ACTIONS.get(name)
     if action is None:
         raise NotFound(f"“{request.POST.get('action', '')}” is not an action.")
     _require(request, action.perm)

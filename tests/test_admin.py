@@ -4,7 +4,9 @@ matrix, CSRF, escaping of hostile data and bad input, on the suite's real Redis.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -265,12 +267,26 @@ def test_bad_action_input_is_a_404_or_a_message(admin_client, r):
     job = schedule("a")
     assert post(admin_client, "explode", job.id).status_code == 404
     assert post(admin_client, "run_now", "../../etc").status_code == 404
+    no_action = post(admin_client, "", job.id)
+    assert "Choose an action; nothing was changed." in messages_of(no_action)
     nothing = post(admin_client, "run_now")
     assert "Select jobs to act on; nothing was changed." in messages_of(nothing)
     bad_delay = post(admin_client, "reschedule", job.id, delay="soon", unit="minutes")
     assert any("is not a delay" in m for m in messages_of(bad_delay))
     too_far = post(admin_client, "reschedule", job.id, delay="9999", unit="days")
     assert any("is not a delay" in m for m in messages_of(too_far))
+
+
+@override_settings(TIME_ZONE="Asia/Kolkata")
+def test_times_are_shown_in_the_current_timezone(admin_client, r):
+    job = schedule("a", seconds=3600)
+    due = score(r, queue_keys(Q).scheduled, job.id)
+    assert due is not None
+    local = datetime.fromtimestamp(due / 1000, tz=ZoneInfo("Asia/Kolkata"))
+    for page in (url("list", Q, "scheduled"), url("job", Q, job.id)):
+        body = text(admin_client.get(page))
+        assert local.strftime("%Y-%m-%d %H:%M:%S") in body, page
+        assert "in 59 min" in body or "in 1 h" in body, page
 
 
 @override_settings(DELAYQUEUE={"REDIS_URL": "redis://127.0.0.1:1/0", "SOCKET_TIMEOUT": 1})
