@@ -118,6 +118,7 @@ def run_job(
                     keys.scheduled,
                     keys.dedupe,
                     keys.stats(current_minute()),
+                    keys.dead,
                 ],
                 [job_id, token, STATS_TTL_SECONDS],
             )

@@ -60,6 +60,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     id="delayqueue.E004",
                 )
             )
+    if config["DISPATCH_MODE"] not in ("auto", "send_task"):
+        messages.append(
+            Error(
+                f"DELAYQUEUE['DISPATCH_MODE'] must be 'auto' or 'send_task', not "
+                f"{config['DISPATCH_MODE']!r}.",
+                hint="'auto' writes Celery messages straight to a Redis broker; "
+                "'send_task' always goes through Celery.",
+                id="delayqueue.E005",
+            )
+        )
     if config["REDIS_URL"] is None and getattr(settings, "CELERY_BROKER_URL", None) is None:
         messages.append(
             Warning(

@@ -38,6 +38,10 @@ DEFAULTS: dict[str, Any] = {
     "DEAD_MAX": 100_000,
     # Celery app to dispatch with, as "module:attribute"; None means celery.current_app.
     "CELERY_APP": None,
+    # How the worker hands jobs to Celery: "auto" writes send_task's own message straight onto
+    # the broker's list when the broker is Redis (one round trip per batch, see broker.py),
+    # and uses send_task otherwise; "send_task" always uses Celery's send_task.
+    "DISPATCH_MODE": "auto",
 }
 
 

@@ -329,6 +329,10 @@ class DelayWorker:
                 )
                 pipe.expire(g.worker(self.id), HEARTBEAT_TTL_SECONDS)
                 pipe.zadd(g.workers, {self.id: int(time.time() * 1000)})
+                # forget workers that died without a goodbye (their hash expired long ago)
+                pipe.zremrangebyscore(
+                    g.workers, "-inf", int((time.time() - 10 * HEARTBEAT_TTL_SECONDS) * 1000)
+                )
                 pipe.execute()
         except RedisUnavailable as exc:
             logger.error("heartbeat failed: %s", exc)

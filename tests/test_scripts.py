@@ -34,7 +34,7 @@ def claim(limit: int = 10, visibility_ms: int = 60_000) -> list[Any]:
 
 def ack(job_id: str, token: str) -> int:
     return get_scripts().ack(
-        [Q.job(job_id), Q.inflight, Q.scheduled, Q.dedupe, Q.stats(current_minute())],
+        [Q.job(job_id), Q.inflight, Q.scheduled, Q.dedupe, Q.stats(current_minute()), Q.dead],
         [job_id, token, STATS_TTL_SECONDS],
     )
 
@@ -302,3 +302,16 @@ def test_every_script_declares_its_keys_in_a_header(name: str) -> None:
 
     source = load_source(name)
     assert source.startswith("-- ") and "KEYS[1]" in source.split("local", 1)[0]
+
+
+def test_a_job_reaped_to_dead_while_running_is_settled_by_its_outcome(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    enqueue("B", 0)
+    r.hset(Q.job("A"), "max", 1)
+    r.hset(Q.job("B"), "max", 1)
+    tokens = {job[0]: str(job[1]) for job in claim(visibility_ms=0)[4]}
+    assert reap() == [0, 2]  # both timed out on their last attempt
+    assert ack("A", tokens["A"]) == 1  # ...but A finished after all
+    assert r.zscore(Q.dead, "A") is None and not r.exists(Q.job("A"))
+    assert fail("B", tokens["B"], max_attempts=1) == "dead"
+    assert r.zcard(Q.dead) == 1 and r.zscore(Q.dead, "B") is not None

@@ -31,6 +31,7 @@ hist[#hist + 1] = {at = now, attempt = attempt, outcome = 'failed', detail = ARG
 while #hist > 20 do table.remove(hist, 1) end
 redis.call('HSET', KEYS[1], 'err', ARGV[4], 'tb', ARGV[5], 'hist', cjson.encode(hist))
 redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', KEYS[4], id)  -- reaped to dead while it ran: this outcome decides
 redis.call('HINCRBY', KEYS[6], 'failed', 1)
 redis.call('EXPIRE', KEYS[6], tonumber(ARGV[8]))
 
