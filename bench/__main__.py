@@ -1,4 +1,5 @@
-"""``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...] [--aof]``"""
+"""``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...] [--aof]
+[--celery-pool prefork --celery-concurrency 2]``"""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="where to write the figures")
     parser.add_argument("--only", help=f"comma-separated scenarios of {','.join(SCENARIOS)}")
     parser.add_argument("--aof", action="store_true", help="Redis with appendfsync everysec")
+    parser.add_argument("--celery-pool", default="prefork", help="the Celery worker's -P")
+    parser.add_argument("--celery-concurrency", type=int, default=2, help="its -c")
     options = parser.parse_args(argv)
     only = [s.strip() for s in options.only.split(",")] if options.only else list(SCENARIOS)
     unknown = set(only) - set(SCENARIOS)
@@ -50,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     from bench.env import BenchEnv
 
     console = Console(width=max(Console().width, 150))  # the table is wide: don't fold it
-    env = BenchEnv(aof=options.aof)
+    env = BenchEnv(
+        aof=options.aof,
+        celery_pool=options.celery_pool,
+        celery_concurrency=options.celery_concurrency,
+    )
     from bench.report import print_table, write_json
     from bench.throughput import SMOKE, Sizes
 
@@ -72,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     params = {
         "smoke": options.smoke,
         "aof": options.aof,
+        "celery_worker": f"-P {options.celery_pool} -c {options.celery_concurrency}",
         "scenarios": only,
         "sizes": asdict(sizes),
         "seconds": timings,

@@ -68,7 +68,11 @@ class BenchEnv:
     """Starts redis-server before Django is set up, so that ``bench.settings`` (and every
     child) uses it; ``close()`` stops every process it started."""
 
-    def __init__(self, *, aof: bool = False) -> None:
+    def __init__(
+        self, *, aof: bool = False, celery_pool: str = "prefork", celery_concurrency: int = 2
+    ) -> None:
+        self.celery_pool = celery_pool
+        self.celery_concurrency = celery_concurrency
         extra = ["--maxmemory-policy", "noeviction"]
         self.server = RedisServer(appendonly=aof, appendfsync="everysec", extra=extra).start()
         self.dir = Path(tempfile.mkdtemp(prefix="dq-bench-"))
@@ -106,14 +110,15 @@ class BenchEnv:
         env.update(extra)
         return env
 
-    def start_celery(self, concurrency: int = 2) -> Child:
-        """A Celery worker on the default queue; ready once it has run a ping task."""
+    def start_celery(self) -> Child:
+        """The Celery worker on the default queue (``celery_pool``, ``celery_concurrency``);
+        ready once it has run a ping task."""
         if self.celery is not None and self.celery.alive():
             return self.celery
         worker = self._start(
             "celery",
             [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "warning",
-             "-c", str(concurrency), "-Q", "celery", "-O", "fair",
+             "-P", self.celery_pool, "-c", str(self.celery_concurrency), "-Q", "celery",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
         )  # fmt: skip
         self.celery = worker

@@ -24,7 +24,7 @@ class Sizes:
     dispatch: int = 20_000
     dispatch_workers: tuple[int, ...] = (1, 2, 4)
     end_to_end: int = 5_000
-    late_rate: int = 1_000  # jobs/s
+    late_rates: tuple[int, ...] = (250, 1_000)  # jobs/s arriving
     late_seconds: float = 20.0
     late_delays: tuple[float, float] = (1.0, 10.0)
     memory: int = 100_000
@@ -35,7 +35,7 @@ class Sizes:
 
 SMOKE = Sizes(
     enqueue=300, many=2_000, claim=2_000, dispatch=600, dispatch_workers=(1, 2),
-    end_to_end=200, late_rate=200, late_seconds=1.0, late_delays=(0.2, 1.0),
+    end_to_end=200, late_rates=(200,), late_seconds=1.0, late_delays=(0.2, 1.0),
     memory=1_000, memory_celery=200, scale=(1_000, 20_000), scale_probe=300,
 )  # fmt: skip
 

@@ -103,14 +103,14 @@ def dispatch(env: BenchEnv, sizes: Sizes) -> list[Figure]:
 # ---- 4. lateness --------------------------------------------------------------------------
 
 
-def _produce(sizes: Sizes, schedule: Any) -> int:
-    """Schedule jobs at ``late_rate`` per second for ``late_seconds``, each due
-    ``late_delays`` from now; ``schedule(due_ms)`` writes one. Returns how many."""
-    total = int(sizes.late_rate * sizes.late_seconds)
+def _produce(sizes: Sizes, rate: int, schedule: Any) -> int:
+    """Schedule jobs at ``rate`` per second for ``late_seconds``, each due ``late_delays``
+    from now; ``schedule(due_ms)`` writes one. Returns how many."""
+    total = int(rate * sizes.late_seconds)
     low, high = sizes.late_delays
     started = time.perf_counter()
     for i in range(total):
-        ahead = started + i / sizes.late_rate - time.perf_counter()
+        ahead = started + i / rate - time.perf_counter()
         if ahead > 0:
             time.sleep(ahead)
         schedule(time.time() * 1000 + random.uniform(low, high) * 1000)
@@ -136,15 +136,25 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def lateness(env: BenchEnv, sizes: Sizes) -> list[Figure]:
+    figures: list[Figure] = []
+    for rate in sizes.late_rates:
+        figures += lateness_at(env, sizes, rate)
+    return figures
+
+
+def lateness_at(env: BenchEnv, sizes: Sizes, rate: int) -> list[Figure]:
+    """Due -> task start of jobs arriving at ``rate``/s, delayqueue then Celery's eta, on the
+    same Celery worker."""
     from bench.tasks import stamp
 
     env.start_celery()
     env.flush()
-    timeout = sizes.late_delays[1] + 120
+    timeout = sizes.late_delays[1] + 300
     children = env.start_delay_workers(1, "bench")
     try:
         total = _produce(
             sizes,
+            rate,
             lambda due_ms: stamp.delay_until(int(due_ms), eta=eta_at(due_ms), on_commit=False),
         )
         ours = _lateness(env, total, timeout)
@@ -152,7 +162,7 @@ def lateness(env: BenchEnv, sizes: Sizes) -> list[Figure]:
         env.stop(children)
     env.flush()
     total = _produce(
-        sizes, lambda due_ms: stamp.apply_async(args=(int(due_ms),), eta=eta_at(due_ms))
+        sizes, rate, lambda due_ms: stamp.apply_async(args=(int(due_ms),), eta=eta_at(due_ms))
     )
     celery = _lateness(env, total, timeout)
     env.flush()
@@ -160,15 +170,16 @@ def lateness(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     figures = []
     detail = {
         "jobs": total,
-        "rate": sizes.late_rate,
+        "rate": rate,
         "delays_s": sizes.late_delays,
+        "celery_worker": f"-P {env.celery_pool} -c {env.celery_concurrency}",
         "early": sum(1 for v in ours if v < 0),
         "celery_early": sum(1 for v in celery if v < 0),
     }
     for name, p in (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("max", 100.0)):
         value = percentile(ours, p)
         figures.append(
-            Figure("lateness", f"{name}, due -> task start at {sizes.late_rate:,} jobs/s",
+            Figure("lateness", f"{name}, due -> task start, {rate:,} jobs/s arriving",
                    value, "ms", "Celery countdown/eta", percentile(celery, p),
                    "≤ 10 ms" if name == "p99" else "", value <= 10 if name == "p99" else None,
                    detail if name == "p50" else {})
