@@ -38,8 +38,8 @@ def get_celery_app() -> Celery:
         module, _, attribute = path.partition(":")
         app: Celery = import_string(f"{module}.{attribute or 'app'}")
         return app
-    app = current_app._get_current_object()  # type: ignore[attr-defined]
-    return app  # type: ignore[no-any-return]
+    app: Celery = current_app._get_current_object()  # type: ignore[attr-defined]
+    return app
 
 
 def resolve_task(task: Task | str) -> tuple[str, Task | None]:

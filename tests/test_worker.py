@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from delayqueue.connection import queue_keys
+from delayqueue.connection import current_minute, queue_keys
 from delayqueue.worker import DelayWorker
 from tests import jobs
 from tests.redis_server import free_port
@@ -21,20 +21,35 @@ Q = queue_keys("tests")
 BROKER_QUEUE = "celery"  # Celery's default queue list on the broker
 
 
+def parked_broker_url() -> str:
+    """A broker database no Celery worker consumes, so what was published stays there."""
+    return str(settings.CELERY_BROKER_URL).rsplit("/", 1)[0] + "/2"
+
+
 def broker() -> redis.Redis:
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL, decode_responses=True)
+    return redis.Redis.from_url(parked_broker_url(), decode_responses=True)
+
+
+def celery_app_on(broker_url: str) -> Celery:
+    """A Celery app with the suite's tasks and its own broker."""
+    app = Celery(broker=broker_url)
+    for name, task in jobs.record.app.tasks.items():
+        app.tasks[name] = task
+    return app
 
 
 @pytest.fixture(autouse=True)
-def empty_broker_queue() -> None:
-    broker().delete(BROKER_QUEUE)  # nothing consumes it in these tests
+def parked(monkeypatch: pytest.MonkeyPatch) -> Celery:
+    monkeypatch.delenv("CELERY_BROKER_URL")  # Celery prefers it to an app's own broker
+    broker().delete(BROKER_QUEUE)
+    return celery_app_on(parked_broker_url())
 
 
-def test_pass_claims_due_jobs_and_publishes_them_to_celery(r: redis.Redis) -> None:
+def test_pass_claims_due_jobs_and_publishes_them_to_celery(r: redis.Redis, parked: Celery) -> None:
     due = jobs.record.delay_for("now", seconds=0, on_commit=False)
     later = jobs.record.delay_for("later", seconds=30, on_commit=False)
     with override_settings(DELAYQUEUE={**settings.DELAYQUEUE, "SAFETY_POLL": 60}):
-        result = DelayWorker(["tests"]).run_pass()
+        result = DelayWorker(["tests"], celery_app=parked).run_pass()
     assert [job.id for job in result.claimed] == [due.id]
     assert r.zscore(Q.inflight, due.id) is not None
     assert broker().llen(BROKER_QUEUE) == 1
@@ -49,7 +64,7 @@ def test_pass_wakes_for_the_next_inflight_deadline(r: redis.Redis) -> None:
     assert 0 < worker.run_pass().wait_ms <= 3_000
 
 
-def test_unknown_task_and_corrupt_data_go_to_dead(r: redis.Redis) -> None:
+def test_unknown_task_and_corrupt_data_go_to_dead(r: redis.Redis, parked: Celery) -> None:
     good = jobs.record.delay_for("ok", seconds=0, on_commit=False)
     bad = {
         "UNKNOWN": {"task": "no.such.task", "args": "[]", "max": "3"},
@@ -61,7 +76,7 @@ def test_unknown_task_and_corrupt_data_go_to_dead(r: redis.Redis) -> None:
             r.hset(Q.job(job_id), field, value)
         r.zadd(Q.scheduled, {job_id: 0})
     r.zadd(Q.scheduled, {"NOHASH": 0})
-    DelayWorker(["tests"]).run(once=True)
+    DelayWorker(["tests"], celery_app=parked).run(once=True)
     dead = set(r.zrange(Q.dead, 0, -1))
     assert dead == {"UNKNOWN", "BADJSON", "NOTLIST", "NOHASH"}
     assert "unknown task 'no.such.task'" in str(r.hget(Q.job("UNKNOWN"), "why"))
@@ -84,17 +99,12 @@ def test_a_pickled_payload_is_never_loaded(r: redis.Redis, tmp_path: Path) -> No
     assert not marker.exists()
 
 
-def test_broker_outage_puts_jobs_back_with_backoff(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_broker_outage_puts_jobs_back_with_backoff(r: redis.Redis) -> None:
     job = jobs.record.delay_for("x", seconds=0, on_commit=False)
-    monkeypatch.delenv("CELERY_BROKER_URL")  # Celery prefers it to the app's own broker
-    dead_broker = Celery(broker=f"redis://127.0.0.1:{free_port()}/0")
+    dead_broker = celery_app_on(f"redis://127.0.0.1:{free_port()}/0")
     dead_broker.conf.broker_connection_timeout = 0.5
     dead_broker.conf.broker_transport_options = {"max_retries": 0}
     dead_broker.conf.task_publish_retry = False
-    for name, task in jobs.record.app.tasks.items():
-        dead_broker.tasks[name] = task  # same registry, unreachable broker
     worker = DelayWorker(["tests"], celery_app=dead_broker)
     worker.run_pass()
     now = int(r.time()[0]) * 1000
@@ -121,11 +131,20 @@ def test_worker_finds_queues_when_none_are_given(r: redis.Redis) -> None:
     assert r.zcard(Q.inflight) == 1
 
 
-def test_once_command_drains_every_due_job(r: redis.Redis) -> None:
+def test_once_drains_every_due_job(r: redis.Redis, parked: Celery) -> None:
     jobs.record.delay_many([(f"j{i}",) for i in range(25)], seconds=0, on_commit=False)
-    call_command("run_delay_worker", "--queues", "tests", "--once", "--batch-size", "10")
+    DelayWorker(["tests"], batch_size=10, celery_app=parked).run(once=True)
     assert r.zcard(Q.scheduled) == 0 and r.zcard(Q.inflight) == 25
     assert broker().llen(BROKER_QUEUE) == 25
+
+
+def test_once_command(r: redis.Redis) -> None:
+    jobs.record.delay_many([(f"j{i}",) for i in range(5)], seconds=0, on_commit=False)
+    jobs.record.delay_for("later", seconds=60, on_commit=False)
+    call_command("run_delay_worker", "--queues", "tests", "--once")
+    assert r.zcard(Q.scheduled) == 1  # only the job that is not due yet
+    stats = r.hgetall(Q.stats(current_minute()))
+    assert stats["dispatched"] == "5"
 
 
 @pytest.mark.parametrize(
@@ -141,23 +160,25 @@ def test_command_rejects_bad_options(options: list[str], message: str) -> None:
         call_command("run_delay_worker", *options, "--once")
 
 
-def test_run_side_skips_a_stale_dispatch_and_acks_a_current_one(r: redis.Redis) -> None:
+def test_run_side_skips_a_stale_dispatch_and_acks_a_current_one(
+    r: redis.Redis, parked: Celery
+) -> None:
     job = jobs.record.delay_for("fenced", seconds=0, on_commit=False, key="f")
-    [claimed] = DelayWorker(["tests"]).run_pass().claimed
+    [claimed] = DelayWorker(["tests"], celery_app=parked).run_pass().claimed
     headers = {"dq_queue": "tests", "dq_id": job.id}
-    jobs.record.apply(args=["fenced"], headers={**headers, "dq_token": "0"})
+    jobs.record.apply(args=("fenced",), headers={**headers, "dq_token": "0"})
     assert jobs.ran("record") == []  # stale token: the function did not run
     assert r.zscore(Q.inflight, job.id) is not None
-    jobs.record.apply(args=["fenced"], headers={**headers, "dq_token": claimed.token})
+    jobs.record.apply(args=("fenced",), headers={**headers, "dq_token": claimed.token})
     assert [run["tag"] for run in jobs.ran("record")] == ["fenced"]
     assert not r.exists(Q.job(job.id)) and r.hget(Q.dedupe, "f") is None
 
 
-def test_run_side_records_a_failure_for_retry(r: redis.Redis) -> None:
+def test_run_side_records_a_failure_for_retry(r: redis.Redis, parked: Celery) -> None:
     job = jobs.always_fails.delay_for("x", seconds=0, on_commit=False)
-    [claimed] = DelayWorker(["tests"]).run_pass().claimed
+    [claimed] = DelayWorker(["tests"], celery_app=parked).run_pass().claimed
     headers = {"dq_queue": "tests", "dq_id": job.id, "dq_token": claimed.token}
-    result = jobs.always_fails.apply(args=["x"], headers=headers)
+    result = jobs.always_fails.apply(args=("x",), headers=headers)
     assert isinstance(result.result, ValueError)
     assert r.zscore(Q.scheduled, job.id) is not None  # back, after a 50 ms backoff
     assert r.hget(Q.job(job.id), "err") == "ValueError: boom x"
