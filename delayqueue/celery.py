@@ -36,10 +36,10 @@ def get_celery_app() -> Celery:
     path = get_config()["CELERY_APP"]
     if path:
         module, _, attribute = path.partition(":")
-        app: Celery = import_string(f"{module}.{attribute or 'app'}")
-        return app
-    app: Celery = current_app._get_current_object()  # type: ignore[attr-defined]
-    return app
+        configured: Celery = import_string(f"{module}.{attribute or 'app'}")
+        return configured
+    current: Celery = current_app._get_current_object()  # type: ignore[attr-defined]
+    return current
 
 
 def resolve_task(task: Task | str) -> tuple[str, Task | None]:
