@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import redis
@@ -234,6 +235,17 @@ def no_fault(rig: Rig, stop: threading.Event) -> str:
     return f"delay worker clock {rig.worker_clock or 'true'}"
 
 
+def worker_clock_offset(rig: Rig) -> float:
+    """Seconds the delay worker's clock is off, read from the time stamp of its log line
+    "starting" (logging reads the process clock; this proves libfaketime took effect)."""
+    assert rig.delay is not None
+    for line in rig.delay.output().splitlines():
+        if "starting" in line:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            return (stamp - datetime.now()).total_seconds()  # noqa: DTZ005 (both local)
+    raise RuntimeError(f"no start line in the delay worker's log:\n{rig.delay.output()}")
+
+
 # ---- scenarios -----------------------------------------------------------------------------
 
 
@@ -273,6 +285,7 @@ class Accounting:
     late_p99_ms: float = 0.0
     late_max_ms: float = 0.0
     enqueue_retries: int = 0
+    worker_clock_offset_s: float = 0.0  # measured at its start (about 0 without faketime)
     faults: str = ""
     seconds: float = 0.0
     lost_tags: list[str] = field(default_factory=list)
@@ -390,6 +403,7 @@ def run_scenario(
     """Run one scenario: schedule jobs for ``seconds`` while the fault runs, then account."""
     started = time.monotonic()
     with Rig(appendfsync=scenario.appendfsync, worker_clock=scenario.worker_clock) as rig:
+        offset = worker_clock_offset(rig)
         stop = threading.Event()
         outcome: list[str] = []
         fault = threading.Thread(
@@ -409,6 +423,7 @@ def run_scenario(
             raise RuntimeError(f"delay worker is down after the faults\n{rig.logs()}")
         result = account(rig, scenario.name, acknowledged, settle)
         result.enqueue_retries = retries
+        result.worker_clock_offset_s = offset
         result.faults = outcome[0] if outcome else "fault thread did not finish"
         result.seconds = time.monotonic() - started
         if result.lost or result.pending:
@@ -422,7 +437,7 @@ def print_table(results: list[Accounting]) -> None:
 
     table = Table(title="delayqueue chaos accounting")
     columns = ["scenario", "faults", "scheduled", "executed", "dup jobs", "extra runs", "pending"]
-    columns += ["dead", "lost", "early", "late p50/p99/max ms", "retries", "s"]
+    columns += ["dead", "lost", "early", "late p50/p99/max ms", "retries", "clock", "s"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("scenario", "faults") else "right")
     for r in results:
@@ -439,6 +454,7 @@ def print_table(results: list[Accounting]) -> None:
             str(r.early),
             f"{r.late_p50_ms:.0f}/{r.late_p99_ms:.0f}/{r.late_max_ms:.0f}",
             str(r.enqueue_retries),
+            f"{r.worker_clock_offset_s:+.0f} s",
             f"{r.seconds:.0f}",
         )
     Console(width=200).print(table)
