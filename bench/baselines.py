@@ -32,10 +32,12 @@ def raw_client(env: BenchEnv) -> redis.Redis:
     return env.client(RAW_DB)
 
 
-def evalsha_rate(env: BenchEnv, n: int, prefill: int = 0) -> float:
-    """Jobs/s of one EVALSHA round trip per job (HSET + ZADD), redis-py, one process."""
+def evalsha_rate(env: BenchEnv, n: int, prefill: int = 0, flush: bool = True) -> float:
+    """Jobs/s of one EVALSHA round trip per job (HSET + ZADD), redis-py, one process, with
+    ``prefill`` members already in the zset."""
     client = raw_client(env)
-    client.flushdb()
+    if flush:
+        client.flushdb()
     script = client.register_script(RAW_ENQUEUE)
     if prefill:
         fill_zset(client, "raw:scheduled", prefill)

@@ -142,8 +142,6 @@ class BenchEnv:
         workers_key = global_keys().workers
         before = int(self.client().zcard(workers_key))
         args = [sys.executable, "manage.py", "run_delay_worker", "--queues", queue, "-v", "1"]
-        if "BENCH_DISPATCH_MODE" in env:
-            args.append("--skip-checks")  # DISPATCH_MODE may be a setting the checks don't know
         started = [self._start(f"delay-worker-{queue}-{i}", args, **env) for i in range(count)]
 
         def ready() -> bool:

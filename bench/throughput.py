@@ -177,16 +177,28 @@ def _claim_cost(probe: int, batch: int) -> float:
     return 1 / claim_rate(probe, batch)
 
 
+def _best_of(repeats: int, measure: Any) -> float:
+    """The lowest of a few runs: the cost with the least noise from other processes."""
+    return min(measure() for _ in range(repeats))
+
+
 def scale(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     small, large = sizes.scale
     costs: dict[int, tuple[float, float, float]] = {}
-    for size in (small, large):
+    for size in (small, large, small):  # small twice: the first run also warms up
         env.flush()
         fill(size, batch=2_000)
-        enqueue_cost = _enqueue_cost(sizes.scale_probe)
-        claim_cost = _claim_cost(sizes.scale_probe, sizes.claim_batch)
-        raw_cost = 1 / baselines.evalsha_rate(env, sizes.scale_probe, prefill=size)
-        costs[size] = (enqueue_cost, claim_cost, raw_cost)
+        enqueue_cost = _best_of(3, lambda: _enqueue_cost(sizes.scale_probe))
+        claim_cost = _best_of(3, lambda: _claim_cost(4 * sizes.scale_probe, sizes.claim_batch))
+        raw_rate = baselines.evalsha_rate(env, sizes.scale_probe, prefill=size)
+        for _ in range(2):
+            raw_rate = max(raw_rate, baselines.evalsha_rate(env, sizes.scale_probe, flush=False))
+        before = costs.get(size, (enqueue_cost, claim_cost, 1 / raw_rate))
+        costs[size] = (
+            min(before[0], enqueue_cost),
+            min(before[1], claim_cost),
+            min(before[2], 1 / raw_rate),
+        )
     env.flush()
     enqueue_ratio = costs[large][0] / costs[small][0]
     claim_ratio = costs[large][1] / costs[small][1]
