@@ -109,7 +109,7 @@ def test_tls_enqueue_and_cancel(server):
 
 
 def test_tls_port_speaks_only_tls(server):
-    plain = redis.Redis(port=server["tls_port"], socket_timeout=2)
+    plain = redis.Redis(port=server["tls_port"], socket_timeout=0.5)
     with pytest.raises(redis.ConnectionError):
         plain.ping()
 
