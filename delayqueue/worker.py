@@ -65,7 +65,8 @@ class PassResult:
 
     claimed: list[Claimed] = field(default_factory=list)
     full: bool = False
-    wait_ms: float = 0.0
+    wait_ms: float = 0.0  # from Redis's reply until the next due time or deadline
+    wake_at: float = 0.0  # the same as a time.monotonic()
 
 
 class DelayWorker:
@@ -115,7 +116,7 @@ class DelayWorker:
                         break
                     continue
                 if not result.full:
-                    self._sleep(result.wait_ms / 1000)
+                    self._sleep(result.wake_at - time.monotonic())
         finally:
             self._goodbye()
         logger.info("delay worker %s stopped after %s dispatches", self.id, self.dispatched)
@@ -166,10 +167,14 @@ class DelayWorker:
                 )
             )
         if not calls:
-            return PassResult(wait_ms=self.safety_poll * 1000)
-        started = time.monotonic()
+            return PassResult(
+                wait_ms=self.safety_poll * 1000, wake_at=time.monotonic() + self.safety_poll
+            )
         with redis_errors():
             replies = run_pipelined(calls, get_raw_redis())
+        # Redis read ``now`` (floored to the ms) before this: waking ``point - now`` ms after
+        # it is never before ``point``, and the time spent dispatching is not added on top.
+        replied = time.monotonic()
         result = PassResult(wait_ms=self.safety_poll * 1000)
         for index, queue in enumerate(self.queues):
             reaped, claim = replies[2 * index], replies[2 * index + 1]
@@ -187,12 +192,12 @@ class DelayWorker:
             result.full = result.full or len(jobs) >= self.batch_size
             for point in (int(next_due), int(next_deadline)):
                 if point >= 0:
-                    result.wait_ms = min(result.wait_ms, max(0, point - int(now)) + 1)
+                    result.wait_ms = min(result.wait_ms, max(0, point - int(now)))
             for raw in jobs:
                 job = _decode_claimed(queue, raw)
                 if job is not None:
                     result.claimed.append(job)
-        result.wait_ms -= (time.monotonic() - started) * 1000
+        result.wake_at = replied + result.wait_ms / 1000
         if result.claimed:
             self.dispatch(result.claimed)
         return result
@@ -316,6 +321,10 @@ class DelayWorker:
                 self._refresh_queues()
                 client = get_redis()
                 g = global_keys()
+                # Redis's clock, like every due time: a worker host's clock minutes off must
+                # not make live workers look dead to the others (or dead ones alive).
+                seconds, micros = client.time()
+                now_ms = int(seconds) * 1000 + int(micros) // 1000
                 pipe = client.pipeline(transaction=False)
                 pipe.hset(
                     g.worker(self.id),
@@ -324,15 +333,13 @@ class DelayWorker:
                         "pid": os.getpid(),
                         "queues": ",".join(self.queues),
                         "dispatched": self.dispatched,
-                        "beat": int(time.time() * 1000),
+                        "beat": now_ms,
                     },
                 )
                 pipe.expire(g.worker(self.id), HEARTBEAT_TTL_SECONDS)
-                pipe.zadd(g.workers, {self.id: int(time.time() * 1000)})
+                pipe.zadd(g.workers, {self.id: now_ms})
                 # forget workers that died without a goodbye (their hash expired long ago)
-                pipe.zremrangebyscore(
-                    g.workers, "-inf", int((time.time() - 10 * HEARTBEAT_TTL_SECONDS) * 1000)
-                )
+                pipe.zremrangebyscore(g.workers, "-inf", now_ms - 10 * HEARTBEAT_TTL_SECONDS * 1000)
                 pipe.execute()
         except RedisUnavailable as exc:
             logger.error("heartbeat failed: %s", exc)
