@@ -30,13 +30,13 @@ from tests.conftest import wait_for
 from tests.redis_server import RedisServer, free_port
 
 PORT = int(os.environ["DQ_TEST_REDIS_PORT"])
-DB = 2  # a broker database of these tests' own (the session's Celery worker uses db 1)
+DB = 4  # broker databases of these tests (DB and DB + 1): the Celery worker uses 1, test_worker 2
 HEADERS = {"dq_queue": "q", "dq_id": "01J0000000000000000000000", "dq_token": "7"}
 
 
 @pytest.fixture
 def broker(r: redis.Redis) -> Iterator[redis.Redis]:
-    """Database 2 of the suite's Redis (``r`` checked it is ours), empty."""
+    """Database DB of the suite's Redis (``r`` checked it is ours), empty."""
     yield from _empty_db(DB)
 
 
