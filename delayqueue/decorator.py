@@ -85,7 +85,7 @@ class DelayedTask(Task[Any, Any]):
         """Schedule one job per args tuple in ``calls``, all with the same delay, in one
         round trip."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        specs = [client.spec(self, tuple(args), delay=delay) for args in calls]
+        specs = client.spec_many(self, (tuple(args) for args in calls), delay=delay)
         return client.delay_many(specs, on_commit=on_commit)
 
     def cancel(self, job_id: str | None = None, *, key: str | None = None) -> bool:

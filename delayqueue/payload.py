@@ -13,6 +13,10 @@ from typing import Any
 from delayqueue.errors import CorruptJob, NotSerializable, PayloadTooLarge
 
 _SCALARS = (str, int, bool, type(None))
+_FLAT = frozenset(_SCALARS)  # exact types: subclasses (enums, ...) take the full check
+_PLAIN_SEQUENCES = frozenset((list, tuple))
+# One encoder: json.dumps() with options builds a new JSONEncoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _check(value: Any, path: str) -> None:
@@ -42,17 +46,29 @@ def _check(value: Any, path: str) -> None:
 
 def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> tuple[str, str]:
     """JSON of args and kwargs ("" for no kwargs), or NotSerializable / PayloadTooLarge."""
-    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
-        raise NotSerializable(f"args must be a list or tuple, not {type(args).__name__}")
-    if not isinstance(kwargs, Mapping):
-        raise NotSerializable(f"kwargs must be a dict, not {type(kwargs).__name__}")
-    _check(list(args), "args")
-    _check(dict(kwargs), "kwargs")
-    args_json = json.dumps(list(args), separators=(",", ":"), ensure_ascii=False)
-    kwargs_json = (
-        json.dumps(dict(kwargs), separators=(",", ":"), ensure_ascii=False) if kwargs else ""
-    )
-    size = len(args_json.encode()) + len(kwargs_json.encode())
+    if type(args) in _PLAIN_SEQUENCES and not kwargs and all(type(a) in _FLAT for a in args):
+        pass  # the common case, a few ids: nothing in it can fail to be JSON
+    else:
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise NotSerializable(f"args must be a list or tuple, not {type(args).__name__}")
+        if not isinstance(kwargs, Mapping):
+            raise NotSerializable(f"kwargs must be a dict, not {type(kwargs).__name__}")
+        try:
+            _check(list(args), "args")
+            _check(dict(kwargs), "kwargs")
+        except RecursionError:
+            raise NotSerializable(
+                "arguments are nested too deeply for JSON, or a list or dict contains itself"
+            ) from None
+    args_json = _ENCODER.encode(list(args))
+    kwargs_json = _ENCODER.encode(dict(kwargs)) if kwargs else ""
+    try:
+        size = len(args_json.encode()) + len(kwargs_json.encode())
+    except UnicodeEncodeError as exc:
+        raise NotSerializable(
+            "arguments hold a str that is not valid Unicode (lone surrogate "
+            f"{exc.object[exc.start : exc.end]!r}); JSON in Redis is UTF-8"
+        ) from None
     if size > max_bytes:
         raise PayloadTooLarge(
             f"arguments are {size} bytes of JSON, more than MAX_PAYLOAD_BYTES={max_bytes}; "

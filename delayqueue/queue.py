@@ -6,6 +6,7 @@ leaves nothing behind. Writes wait for the surrounding transaction to commit (``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,6 @@ from typing import Any, Literal
 
 from celery import Task
 from django.db import transaction
-from ulid import ULID
 
 from delayqueue.celery import resolve_task
 from delayqueue.conf import get_config
@@ -26,7 +26,7 @@ from delayqueue.connection import (
     run_pipelined,
 )
 from delayqueue.errors import DelayQueueError, InvalidJobId
-from delayqueue.keys import check_job_id, check_queue_name
+from delayqueue.keys import check_job_id, check_queue_name, new_job_id
 from delayqueue.payload import encode_args
 from delayqueue.schedule import Mode, to_due
 
@@ -90,20 +90,54 @@ def spec(
         raise DelayQueueError(f"key must be a non-empty str of at most 200 characters, not {key!r}")
     if on_conflict not in ("keep", "replace"):
         raise DelayQueueError(f"on_conflict must be 'keep' or 'replace', not {on_conflict!r}")
-    attempts = max_attempts or getattr(task_obj, "dq_max_attempts", None) or config["MAX_ATTEMPTS"]
+    # `is not None`, not `or`: an explicit 0 is an error, not "use the default".
+    attempts = _first_given(
+        max_attempts, getattr(task_obj, "dq_max_attempts", None), config["MAX_ATTEMPTS"]
+    )
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         raise DelayQueueError(f"max_attempts must be a positive int, not {attempts!r}")
-    timeout = visibility_timeout or getattr(task_obj, "dq_visibility_timeout", None)
+    timeout = _first_given(visibility_timeout, getattr(task_obj, "dq_visibility_timeout", None))
 
     fields = ["task", name, "args", args_json, "max", str(attempts)]
     if kwargs_json:
         fields += ["kwargs", kwargs_json]
     if timeout is not None:
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout < math.inf
+        ):
             raise DelayQueueError(f"visibility_timeout must be positive seconds, not {timeout!r}")
         fields += ["vt", str(int(timeout * 1000))]
-    job = Job(id=str(ULID()), queue=queue, task=name, key=key)
+    job = Job(id=new_job_id(), queue=queue, task=name, key=key)
     return JobSpec(job=job, mode=mode, ms=ms, on_conflict=on_conflict, fields=fields)
+
+
+def _first_given(*values: Any) -> Any:
+    return next((value for value in values if value is not None), None)
+
+
+def spec_many(
+    task: Task | str,
+    calls: Iterable[Sequence[Any]],
+    *,
+    delay: float | timedelta | None = None,
+    eta: datetime | None = None,
+) -> list[JobSpec]:
+    """``spec(task, args, delay=..., eta=...)`` for each args of ``calls``: what does not
+    depend on the arguments (task, queue, due time, settings) is checked once."""
+    specs: list[JobSpec] = []
+    max_bytes = int(get_config()["MAX_PAYLOAD_BYTES"])
+    for args in calls:
+        if not specs:
+            specs.append(spec(task, args, delay=delay, eta=eta))
+            continue
+        first = specs[0]
+        fields = list(first.fields)
+        fields[3] = encode_args(args, {}, max_bytes)[0]  # "task", name, "args", <args json>
+        job = Job(id=new_job_id(), queue=first.job.queue, task=first.job.task)
+        specs.append(JobSpec(job, first.mode, first.ms, "keep", fields))
+    return specs
 
 
 def _enqueue_args(s: JobSpec) -> tuple[list[str], list[Any]]:
@@ -122,6 +156,9 @@ def _apply_reply(job: Job, reply: list[Any]) -> None:
     job.state = state
 
 
+BATCH = 500  # jobs per enqueue_many call
+
+
 def _write(specs: list[JobSpec]) -> None:
     scripts = get_scripts()
     with redis_errors():
@@ -131,11 +168,28 @@ def _write(specs: list[JobSpec]) -> None:
             keys, argv = _enqueue_args(specs[0])
             _apply_reply(specs[0].job, scripts.enqueue(keys, argv))
             return
-        replies = run_pipelined([(scripts.enqueue, *_enqueue_args(s)) for s in specs])
-    for s, reply in zip(specs, replies, strict=True):
+        by_queue: dict[str, list[JobSpec]] = {}
+        for s in specs:
+            by_queue.setdefault(s.job.queue, []).append(s)
+        chunks = [
+            group[start : start + BATCH]
+            for group in by_queue.values()
+            for start in range(0, len(group), BATCH)
+        ]
+        replies = run_pipelined([(scripts.enqueue_many, *_enqueue_many_args(c)) for c in chunks])
+    for chunk, reply in zip(chunks, replies, strict=True):
         if isinstance(reply, Exception):
             raise reply
-        _apply_reply(s.job, reply)
+        for s, one in zip(chunk, reply, strict=True):
+            _apply_reply(s.job, one)
+
+
+def _enqueue_many_args(chunk: list[JobSpec]) -> tuple[list[str], list[Any]]:
+    keys = queue_keys(chunk[0].job.queue)
+    argv: list[Any] = [keys.wake]
+    for s in chunk:
+        argv += [s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, len(s.fields), *s.fields]
+    return [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix], argv
 
 
 def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:

@@ -68,7 +68,12 @@ def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode,
     elif isinstance(delay, bool) or not isinstance(delay, int | float):
         raise InvalidDelay(f"delay must be seconds or a timedelta, not {type(delay).__name__}")
     else:
-        seconds = float(delay)
+        try:
+            seconds = float(delay)
+        except OverflowError:
+            raise InvalidDelay(
+                f"delay {delay} s is more than MAX_DELAY={max_delay:.0f} s"
+            ) from None
     if not math.isfinite(seconds):
         raise InvalidDelay(f"delay {seconds!r} is not a finite number of seconds")
     if seconds < 0:

@@ -25,10 +25,19 @@ end
 
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local claimed, deadlines = {}, {}
+-- A counter HINCRBY refuses would abort the script at this job on every pass, and so stop
+-- the whole queue: such a job goes to dead instead.
+local function counter_ok(value)
+  return not value or (#value < 16 and string.match(value, '^%-?%d+$') ~= nil)
+end
+
 for _, id in ipairs(ids) do
   local job = KEYS[3] .. id
-  local f = redis.call('HMGET', job, 'task', 'args', 'kwargs', 'vt')
-  if f[1] and f[2] then
+  local f = redis.call('HMGET', job, 'task', 'args', 'kwargs', 'vt', 'tok', 'att')
+  if f[1] and f[2] and not (counter_ok(f[5]) and counter_ok(f[6])) then
+    redis.call('HSET', job, 'why', 'corrupt job data: tok or att is not an integer')
+    redis.call('ZADD', KEYS[6], now, id)
+  elseif f[1] and f[2] then
     local token = redis.call('HINCRBY', job, 'tok', 1)
     local attempt = redis.call('HINCRBY', job, 'att', 1)
     local deadline = now + (tonumber(f[4]) or tonumber(ARGV[2]))
