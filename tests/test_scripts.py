@@ -204,6 +204,24 @@ def test_begin_checks_the_fencing_token(r: redis.Redis) -> None:
     assert score(r, Q.inflight, "A") >= int(r.time()[0]) * 1000 + 50_000
 
 
+def test_a_dispatch_that_never_started_is_not_an_attempt(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    r.hset(Q.job("A"), "max", 1)
+    for expected_deadline in (1000, 2000, 4000):
+        now, *_, jobs = claim(visibility_ms=1000)
+        assert jobs[0][2] == 1  # attempt 1 each time: the lost dispatches did not count
+        assert score(r, Q.inflight, "A") == now + expected_deadline  # doubled each time
+        r.zadd(Q.inflight, {"A": 0})  # its deadline passes before any task started
+        assert reap() == [1, 0]
+        assert r.hget(Q.job("A"), "att") == "0"
+    assert json.loads(str(r.hget(Q.job("A"), "hist")))[-1]["outcome"] == "not started"
+    token = str(claim(visibility_ms=1000)[4][0][1])
+    assert begin("A", token)[0] == 1
+    assert r.hget(Q.job("A"), "rp") is None  # a started run resets the doubling
+    r.zadd(Q.inflight, {"A": 0})
+    assert reap() == [0, 1]  # a started run that timed out used the only attempt
+
+
 def test_stale_token_after_a_redispatch_cannot_ack_or_fail(r: redis.Redis) -> None:
     enqueue("A", 0)
     old = str(claim(visibility_ms=0)[4][0][1])
@@ -241,11 +259,16 @@ def test_fail_backoff_sets_the_next_due_time(r: redis.Redis) -> None:
     assert now + 29_000 <= score(r, Q.scheduled, "A") <= now + 32_000
 
 
+def begin(job_id: str, token: str) -> list[Any]:
+    return get_scripts().begin([Q.job(job_id), Q.inflight], [job_id, token, 0])
+
+
 def test_reap_returns_expired_jobs_and_buries_exhausted_ones(r: redis.Redis) -> None:
     enqueue("A", 0)
     enqueue("B", 0, "", "keep")
     r.hset(Q.job("B"), "max", 1)
-    claim(visibility_ms=0)
+    for job_id, token, *_ in claim(visibility_ms=0)[4]:
+        assert begin(job_id, str(token))[0] == 1  # both tasks started, neither finished
     assert reap() == [1, 1]
     assert r.zscore(Q.scheduled, "A") is not None
     assert r.zscore(Q.dead, "B") is not None
@@ -310,7 +333,9 @@ def test_a_job_reaped_to_dead_while_running_is_settled_by_its_outcome(r: redis.R
     r.hset(Q.job("A"), "max", 1)
     r.hset(Q.job("B"), "max", 1)
     tokens = {job[0]: str(job[1]) for job in claim(visibility_ms=0)[4]}
-    assert reap() == [0, 2]  # both timed out on their last attempt
+    for job_id, token in tokens.items():
+        begin(job_id, token)
+    assert reap() == [0, 2]  # both started and timed out on their last attempt
     assert ack("A", tokens["A"]) == 1  # ...but A finished after all
     assert r.zscore(Q.dead, "A") is None and not r.exists(Q.job("A"))
     assert fail("B", tokens["B"], max_attempts=1) == "dead"

@@ -39,6 +39,7 @@ class ModelJob:
     tok: int = 0
     max: int = DEFAULT_MAX
     key: str | None = None
+    began: bool = False  # the current dispatch's task started (begin with its token)
 
 
 keys_st = st.sampled_from(["k1", "k2", "k3"])
@@ -162,7 +163,7 @@ class JobStateMachine(RuleBasedStateMachine):
         assert set(claimed) == due
         for job_id in due:
             job = self.jobs[job_id]
-            job.state, job.due_now = "inflight", expired
+            job.state, job.due_now, job.began = "inflight", expired, False
             job.tok += 1
             job.att += 1
             assert claimed[job_id] == (job.tok, job.att)
@@ -180,6 +181,7 @@ class JobStateMachine(RuleBasedStateMachine):
         if job is not None and job.state == "inflight" and str(token) == str(job.tok):
             assert reply[:2] == [1, job.att]
             job.due_now = False  # deadline restarted: an hour from now
+            job.began = True
         else:
             assert reply == [0]
 
@@ -238,7 +240,10 @@ class JobStateMachine(RuleBasedStateMachine):
             [k.inflight, k.scheduled, k.dead, k.job_prefix, k.dedupe], [1000, DEFAULT_MAX]
         )
         expired = [i for i, j in self.jobs.items() if j.state == "inflight" and j.due_now]
-        model_dead = [i for i in expired if self.jobs[i].att >= self.jobs[i].max]
+        # A task that started used its attempt; a dispatch that never started did not.
+        model_dead = [
+            i for i in expired if self.jobs[i].began and self.jobs[i].att >= self.jobs[i].max
+        ]
         assert (back, dead) == (len(expired) - len(model_dead), len(model_dead))
         for job_id in expired:
             job = self.jobs[job_id]
@@ -246,6 +251,8 @@ class JobStateMachine(RuleBasedStateMachine):
                 self._drop_key(job_id)
                 job.state = "dead"
             else:
+                if not job.began:
+                    job.att = max(0, job.att - 1)
                 job.state, job.due_now = "scheduled", True
 
     @precondition(lambda self: self.known)

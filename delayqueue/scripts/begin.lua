@@ -11,4 +11,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = redis.call('HMGET', KEYS[1], 'tok', 'att', 'max', 'vt')
 if f[1] ~= ARGV[2] or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {0} end
 redis.call('ZADD', KEYS[2], 'XX', now + (tonumber(f[4]) or tonumber(ARGV[3])), ARGV[1])
+redis.call('HSET', KEYS[1], 'began', ARGV[2])  -- this dispatch started (see reap.lua)
+redis.call('HDEL', KEYS[1], 'rp')
 return {1, tonumber(f[2]) or 0, f[3] or ''}

@@ -6,7 +6,8 @@
 -- KEYS[5] this minute's stats hash      dq:{Q}:stats:<minute>
 -- KEYS[6] dead zset                     dq:{Q}:dead
 -- ARGV[1] most jobs to claim
--- ARGV[2] visibility timeout ms for jobs that set none of their own
+-- ARGV[2] visibility timeout ms for jobs that set none of their own (doubled per earlier
+--         dispatch that never started, up to 32 times)
 -- ARGV[3] stats ttl seconds
 -- Returns {now ms, next due ms or -1, next deadline ms or -1, paused 0|1,
 --          {{id, token, attempt, task, args json, kwargs json or ""}, ...}}
@@ -33,14 +34,17 @@ end
 
 for _, id in ipairs(ids) do
   local job = KEYS[3] .. id
-  local f = redis.call('HMGET', job, 'task', 'args', 'kwargs', 'vt', 'tok', 'att')
+  local f = redis.call('HMGET', job, 'task', 'args', 'kwargs', 'vt', 'tok', 'att', 'rp')
   if f[1] and f[2] and not (counter_ok(f[5]) and counter_ok(f[6])) then
     redis.call('HSET', job, 'why', 'corrupt job data: tok or att is not an integer')
     redis.call('ZADD', KEYS[6], now, id)
   elseif f[1] and f[2] then
     local token = redis.call('HINCRBY', job, 'tok', 1)
     local attempt = redis.call('HINCRBY', job, 'att', 1)
-    local deadline = now + (tonumber(f[4]) or tonumber(ARGV[2]))
+    -- Each earlier dispatch that timed out before its task even started (lost, or stuck
+    -- behind a Celery backlog) doubles the time this one gets: no re-dispatch storm.
+    local redispatched = math.min(tonumber(f[7]) or 0, 5)
+    local deadline = now + (tonumber(f[4]) or tonumber(ARGV[2])) * 2 ^ redispatched
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
     claimed[#claimed + 1] = {id, token, attempt, f[1], f[2], f[3] or ''}
