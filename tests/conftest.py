@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 
 from delayqueue import connection
 
@@ -48,6 +49,32 @@ def r() -> Iterator[redis.Redis]:
     connection.reset()
     yield client
     client.close()
+
+
+def parked_broker_url() -> str:
+    """A broker database no Celery worker consumes, so what is published stays there."""
+    from django.conf import settings
+
+    return str(settings.CELERY_BROKER_URL).rsplit("/", 1)[0] + "/2"
+
+
+def celery_app_on(broker_url: str) -> Celery:
+    """A Celery app with the suite's tasks and a broker of its own."""
+    from tests import jobs
+
+    app = Celery(broker=broker_url)
+    for name, task in jobs.record.app.tasks.items():
+        app.tasks[name] = task
+    return app
+
+
+@pytest.fixture
+def parked_celery(monkeypatch: pytest.MonkeyPatch) -> Celery:
+    """A Celery app whose messages nobody consumes (the session's Celery worker must not run
+    what an in-process worker test dispatches)."""
+    monkeypatch.delenv("CELERY_BROKER_URL")  # Celery prefers it to an app's own broker
+    redis.Redis.from_url(parked_broker_url()).delete("celery")
+    return celery_app_on(parked_broker_url())
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 from django.conf import settings
 from django.test import override_settings
 
@@ -238,6 +239,11 @@ def _id(n: int) -> str:
     return f"01HZZZZZZZZZZZZZZZZZZZZZ{n:02d}"
 
 
+@pytest.fixture(autouse=True)
+def _parked(parked_celery: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("delayqueue.worker.get_celery_app", lambda: parked_celery)
+
+
 def _run_worker_once() -> DelayWorker:
     worker = DelayWorker([Q])
     assert worker.run(once=True) == 0
@@ -304,9 +310,9 @@ def test_corrupt_history_of_a_timed_out_job_does_not_stop_the_worker(r):
     raw = _raw()
     # In flight, deadline long passed, with a history that is not JSON.
     _plant(raw, _id(1), {"task": "tests.jobs.record", "args": '["x"]', "att": "1", "tok": "1",
-                         "max": "3", "hist": "{{{"}, zset="inflight")  # fmt: skip
+                         "began": "1", "max": "3", "hist": "{{{"}, zset="inflight")  # fmt: skip
     _plant(raw, _id(2), {"task": "tests.jobs.record", "args": '["x"]', "att": "3", "tok": "3",
-                         "max": "3", "hist": "[1, 2"}, zset="inflight")  # fmt: skip
+                         "began": "3", "max": "3", "hist": "[1, 2"}, zset="inflight")  # fmt: skip
     worker = DelayWorker([Q])
     worker.run_pass()  # neither raises nor stops
     assert r.zcard("dq:{tests}:inflight") == 1  # the first was reaped, claimed and dispatched

@@ -15,34 +15,20 @@ from django.test import override_settings
 from delayqueue.connection import current_minute, queue_keys
 from delayqueue.worker import DelayWorker
 from tests import jobs
+from tests.conftest import celery_app_on, parked_broker_url
 from tests.redis_server import free_port
 
 Q = queue_keys("tests")
 BROKER_QUEUE = "celery"  # Celery's default queue list on the broker
 
 
-def parked_broker_url() -> str:
-    """A broker database no Celery worker consumes, so what was published stays there."""
-    return str(settings.CELERY_BROKER_URL).rsplit("/", 1)[0] + "/2"
-
-
 def broker() -> redis.Redis:
     return redis.Redis.from_url(parked_broker_url(), decode_responses=True)
 
 
-def celery_app_on(broker_url: str) -> Celery:
-    """A Celery app with the suite's tasks and its own broker."""
-    app = Celery(broker=broker_url)
-    for name, task in jobs.record.app.tasks.items():
-        app.tasks[name] = task
-    return app
-
-
 @pytest.fixture(autouse=True)
-def parked(monkeypatch: pytest.MonkeyPatch) -> Celery:
-    monkeypatch.delenv("CELERY_BROKER_URL")  # Celery prefers it to an app's own broker
-    broker().delete(BROKER_QUEUE)
-    return celery_app_on(parked_broker_url())
+def parked(parked_celery: Celery) -> Celery:
+    return parked_celery
 
 
 def test_pass_claims_due_jobs_and_publishes_them_to_celery(r: redis.Redis, parked: Celery) -> None:
