@@ -27,19 +27,23 @@ _scripts: Scripts | None = None
 _known_queues: set[str] = set()
 
 
+def _make_client(*, decode: bool) -> Redis:
+    config = get_config()
+    return Redis.from_url(
+        config["REDIS_URL"],
+        decode_responses=decode,
+        socket_timeout=config["SOCKET_TIMEOUT"],
+        socket_connect_timeout=config["SOCKET_TIMEOUT"],
+        health_check_interval=30,
+    )
+
+
 def get_redis() -> Redis:
     global _client
     if _client is None:
         with _lock:
             if _client is None:
-                config = get_config()
-                _client = Redis.from_url(
-                    config["REDIS_URL"],
-                    decode_responses=True,
-                    socket_timeout=config["SOCKET_TIMEOUT"],
-                    socket_connect_timeout=config["SOCKET_TIMEOUT"],
-                    health_check_interval=30,
-                )
+                _client = _make_client(decode=True)
     return _client
 
 
@@ -49,14 +53,7 @@ def get_raw_redis() -> Redis:
     if _raw_client is None:
         with _lock:
             if _raw_client is None:
-                config = get_config()
-                _raw_client = Redis.from_url(
-                    config["REDIS_URL"],
-                    decode_responses=False,
-                    socket_timeout=config["SOCKET_TIMEOUT"],
-                    socket_connect_timeout=config["SOCKET_TIMEOUT"],
-                    health_check_interval=30,
-                )
+                _raw_client = _make_client(decode=False)
     return _raw_client
 
 

@@ -140,14 +140,6 @@ def spec_many(
     return specs
 
 
-def _enqueue_args(s: JobSpec) -> tuple[list[str], list[Any]]:
-    keys = queue_keys(s.job.queue)
-    return (
-        [keys.job(s.job.id), keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix],
-        [s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, keys.wake, *s.fields],
-    )
-
-
 def _apply_reply(job: Job, reply: list[Any]) -> None:
     job_id, due, outcome, state = reply
     job.id = job_id
@@ -156,7 +148,7 @@ def _apply_reply(job: Job, reply: list[Any]) -> None:
     job.state = state
 
 
-BATCH = 500  # jobs per enqueue_many call
+BATCH = 500  # jobs per enqueue call
 
 
 def _write(specs: list[JobSpec]) -> None:
@@ -165,8 +157,8 @@ def _write(specs: list[JobSpec]) -> None:
         for queue in {s.job.queue for s in specs}:
             remember_queue(queue)
         if len(specs) == 1:
-            keys, argv = _enqueue_args(specs[0])
-            _apply_reply(specs[0].job, scripts.enqueue(keys, argv))
+            keys, argv = _enqueue_args(specs)
+            _apply_reply(specs[0].job, scripts.enqueue(keys, argv)[0])
             return
         by_queue: dict[str, list[JobSpec]] = {}
         for s in specs:
@@ -176,7 +168,7 @@ def _write(specs: list[JobSpec]) -> None:
             for group in by_queue.values()
             for start in range(0, len(group), BATCH)
         ]
-        replies = run_pipelined([(scripts.enqueue_many, *_enqueue_many_args(c)) for c in chunks])
+        replies = run_pipelined([(scripts.enqueue, *_enqueue_args(c)) for c in chunks])
     for chunk, reply in zip(chunks, replies, strict=True):
         if isinstance(reply, Exception):
             raise reply
@@ -184,7 +176,7 @@ def _write(specs: list[JobSpec]) -> None:
             _apply_reply(s.job, one)
 
 
-def _enqueue_many_args(chunk: list[JobSpec]) -> tuple[list[str], list[Any]]:
+def _enqueue_args(chunk: list[JobSpec]) -> tuple[list[str], list[Any]]:
     keys = queue_keys(chunk[0].job.queue)
     argv: list[Any] = [keys.wake]
     for s in chunk:

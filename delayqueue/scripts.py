@@ -17,7 +17,6 @@ class Scripts:
 
     def __init__(self, client: Redis) -> None:
         self.enqueue: Script = client.register_script(load_source("enqueue"))
-        self.enqueue_many: Script = client.register_script(load_source("enqueue_many"))
         self.cancel: Script = client.register_script(load_source("cancel"))
         self.reschedule: Script = client.register_script(load_source("reschedule"))
         self.claim: Script = client.register_script(load_source("claim"))

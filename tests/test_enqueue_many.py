@@ -1,4 +1,4 @@
-"""enqueue_many.lua: each job as enqueue.lua would write it; one wake-up per batch."""
+"""enqueue.lua with a batch: each job as a single enqueue writes it; one wake-up per batch."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def enqueue_many(*jobs: tuple[str, int, str, str]) -> list[Any]:
     argv: list[Any] = [Q.wake]
     for job_id, delay_ms, key, conflict in jobs:
         argv += [job_id, "delay", delay_ms, key, conflict, len(BASE), *BASE]
-    return get_scripts().enqueue_many([Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix], argv)
+    return get_scripts().enqueue([Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix], argv)
 
 
 def test_batch_writes_each_job_like_enqueue(r: redis.Redis) -> None:

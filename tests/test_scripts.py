@@ -18,11 +18,11 @@ WAKE = Q.wake
 def enqueue(
     job_id: str, delay_ms: int = 0, key: str = "", conflict: str = "keep", *fields: str
 ) -> list[Any]:
-    base = ["task", "tests.jobs.record", "args", '["x"]', "max", "3"]
+    data = ["task", "tests.jobs.record", "args", '["x"]', "max", "3", *fields]
     return get_scripts().enqueue(
-        [Q.job(job_id), Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix],
-        [job_id, "delay", delay_ms, key, conflict, WAKE, *base, *fields],
-    )
+        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix],
+        [WAKE, job_id, "delay", delay_ms, key, conflict, len(data), *data],
+    )[0]
 
 
 def claim(limit: int = 10, visibility_ms: int = 60_000) -> list[Any]:
