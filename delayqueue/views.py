@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from delayqueue import browse, operations
+from delayqueue import dashboard as dashboard_queries
 from delayqueue.conf import get_config
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.keys import JOB_ID
@@ -121,9 +122,9 @@ def dashboard(request: HttpRequest, site: AdminSite) -> HttpResponse:
     chart_queue = request.GET.get("chart", "")
     if chart_queue:
         _queue(chart_queue)
-    now, rows = browse.overview(queues)
-    chart = browse.due_chart([chart_queue] if chart_queue else queues)
-    alive, gone = browse.workers()
+    now, rows = dashboard_queries.overview(queues)
+    chart = dashboard_queries.due_chart([chart_queue] if chart_queue else queues)
+    alive, gone = dashboard_queries.workers()
     return _render(
         request,
         site,

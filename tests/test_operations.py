@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from delayqueue import browse, enqueue, operations
+from delayqueue import browse, dashboard, enqueue, operations
 from delayqueue.connection import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
 from delayqueue.errors import InvalidDelay, InvalidJobId
 from delayqueue.queue import Job
@@ -250,7 +250,7 @@ def test_overview_counts_heads_and_throughput(r):
     r.hincrby(stats(minute - 30), "dispatched", 100)
     r.hincrby(stats(minute - 90), "dispatched", 1000)  # outside the hour
     r.sadd("dq:queues", Q)
-    now, (row,) = browse.overview([Q])
+    now, (row,) = dashboard.overview([Q])
     assert (row.scheduled, row.inflight, row.dead, row.paused) == (1, 2, 1, False)
     assert row.next_due is not None and row.next_due.ms == score(r, keys().scheduled, soon.id)
     assert row.oldest_overdue is None
@@ -260,7 +260,7 @@ def test_overview_counts_heads_and_throughput(r):
 
     operations.pause(Q, "test")
     late = schedule("late", seconds=0)
-    _, (row,) = browse.overview([Q])
+    _, (row,) = dashboard.overview([Q])
     assert row.paused
     assert row.oldest_overdue is not None
     assert row.oldest_overdue.ms == score(r, keys().scheduled, late.id)
@@ -271,7 +271,7 @@ def test_due_chart_counts_jobs_per_bucket(r):
     for i in range(3):
         schedule(f"m{i}", seconds=90)  # minute bucket 1
     schedule("h", seconds=3 * 3600 + 10)  # hour bucket 3
-    chart = browse.due_chart([Q])
+    chart = dashboard.due_chart([Q])
     assert [b.count for b in chart.minutes][:3] == [0, 3, 0]
     assert sum(b.count for b in chart.minutes) == 3
     assert chart.hours[0].count == 3 and chart.hours[3].count == 1

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from delayqueue.browse import Bucket
+from delayqueue.dashboard import Bucket
 
 register = template.Library()
 
