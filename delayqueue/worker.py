@@ -240,20 +240,7 @@ class DelayWorker:
         logger.debug("dispatched %s jobs", len(messages))
 
     def _bury(self, job: Claimed, reason: str) -> None:
-        keys = queue_keys(job.queue)
-        logger.error("job %s on %s moved to dead: %s", job.id, job.queue, reason)
-        with redis_errors():
-            get_scripts().bury(
-                [
-                    keys.job(job.id),
-                    keys.inflight,
-                    keys.scheduled,
-                    keys.dead,
-                    keys.dedupe,
-                    keys.stats(current_minute()),
-                ],
-                [job.id, reason, STATS_TTL_SECONDS],
-            )
+        _bury(job.queue, job.id, reason)
 
     def _broker_outage(self, jobs: list[Claimed], exc: BaseException) -> None:
         self.outage_backoff = min(30.0, max(1.0, self.outage_backoff * 2))
@@ -387,23 +374,27 @@ def _decode_claimed(queue: str, raw: list[Any]) -> Claimed | None:
             kwargs_json.decode(),
         )
     except UnicodeDecodeError:
-        keys = queue_keys(queue)
-        reason = "corrupt job data: not UTF-8 text (delayqueue stores JSON only)"
-        logger.error("job %r on %s moved to dead: %s", job_id, queue, reason)
-        with redis_errors():
-            get_scripts().bury(
-                [
-                    keys.job_prefix.encode() + job_id,
-                    keys.inflight,
-                    keys.scheduled,
-                    keys.dead,
-                    keys.dedupe,
-                    keys.stats(current_minute()),
-                ],
-                [job_id, reason, STATS_TTL_SECONDS],
-                client=get_raw_redis(),
-            )
+        _bury(queue, job_id, "corrupt job data: not UTF-8 text (delayqueue stores JSON only)")
         return None
+
+
+def _bury(queue: str, job_id: str | bytes, reason: str) -> None:
+    """Move a job that can never run to dead. An id that is not UTF-8 (found as bytes) goes
+    through the bytes client, so its keys are the ones Redis holds."""
+    keys = queue_keys(queue)
+    logger.error("job %r on %s moved to dead: %s", job_id, queue, reason)
+    if isinstance(job_id, bytes):
+        job_key: str | bytes = keys.job_prefix.encode() + job_id
+        client = get_raw_redis()
+    else:
+        job_key, client = keys.job(job_id), get_redis()
+    with redis_errors():
+        get_scripts().bury(
+            [job_key, keys.inflight, keys.scheduled, keys.dead, keys.dedupe,
+             keys.stats(current_minute())],
+            [job_id, reason, STATS_TTL_SECONDS],
+            client=client,
+        )  # fmt: skip
 
 
 def _valid_queue(name: str) -> bool:
