@@ -18,7 +18,7 @@ from django.utils import timezone
 from redis import Redis
 from ulid import ULID
 
-from delayqueue.connection import get_redis, global_keys, queue_keys, redis_errors
+from delayqueue.connection import get_redis, global_keys, queue_keys, redis_errors, redis_now_ms
 from delayqueue.keys import JOB_ID, QUEUE_NAME, QueueKeys
 
 State = Literal["scheduled", "inflight", "dead"]
@@ -38,11 +38,6 @@ _ROW_FIELDS = ("task", "args", "kwargs", "key", "att", "max", "err", "why")
 
 def zset_of(keys: QueueKeys, state: State) -> str:
     return {"scheduled": keys.scheduled, "inflight": keys.inflight, "dead": keys.dead}[state]
-
-
-def redis_now_ms(client: Redis | None = None) -> int:
-    seconds, micros = (client or get_redis()).time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 # ---- time as people read it ------------------------------------------------------------

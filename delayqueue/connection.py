@@ -113,6 +113,12 @@ def run_pipelined(
     return replies
 
 
+def redis_now_ms(client: Redis | None = None) -> int:
+    """Redis's clock (TIME) in epoch ms: the clock every script scores with."""
+    seconds, micros = (client or get_redis()).time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def current_minute() -> int:
     return int(time.time() // 60)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from delayqueue.browse import HOUR_MS, MINUTE_MS, Moment, _int_or, redis_now_ms
-from delayqueue.connection import get_redis, global_keys, queue_keys, redis_errors
+from delayqueue.browse import HOUR_MS, MINUTE_MS, Moment, _int_or
+from delayqueue.connection import get_redis, global_keys, queue_keys, redis_errors, redis_now_ms
 
 MAX_WORKERS_SHOWN = 100
 

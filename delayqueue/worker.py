@@ -34,6 +34,7 @@ from delayqueue.connection import (
     global_keys,
     queue_keys,
     redis_errors,
+    redis_now_ms,
     run_pipelined,
 )
 from delayqueue.decorator import DelayedTask
@@ -310,8 +311,7 @@ class DelayWorker:
                 g = global_keys()
                 # Redis's clock, like every due time: a worker host's clock minutes off must
                 # not make live workers look dead to the others (or dead ones alive).
-                seconds, micros = client.time()
-                now_ms = int(seconds) * 1000 + int(micros) // 1000
+                now_ms = redis_now_ms(client)
                 pipe = client.pipeline(transaction=False)
                 pipe.hset(
                     g.worker(self.id),

@@ -14,15 +14,11 @@ from django.utils import timezone
 
 import delayqueue
 from delayqueue import connection
+from delayqueue.connection import redis_now_ms
 from orders_demo.models import Product
 from tests import jobs
 
 SCHEDULED = "dq:{tests}:scheduled"
-
-
-def redis_now_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def test_delay_for_schedules_at_redis_now_plus_delay(r: redis.Redis) -> None:

@@ -13,13 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import redis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import delayqueue
-from delayqueue.connection import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
+from delayqueue.connection import (
+    STATS_TTL_SECONDS,
+    current_minute,
+    get_scripts,
+    queue_keys,
+    redis_now_ms,
+)
 from tests import jobs
 from tests.conftest import _test_redis
 
@@ -299,7 +304,7 @@ class JobStateMachine(RuleBasedStateMachine):
     @invariant()
     def redis_equals_model(self) -> None:
         k = self.keys
-        now_ms = _redis_now_ms(self.redis)
+        now_ms = redis_now_ms(self.redis)
         zsets: dict[str, dict[str, float]] = {}
         for state, name in (
             ("scheduled", k.scheduled),
@@ -323,11 +328,6 @@ class JobStateMachine(RuleBasedStateMachine):
                 assert (zsets["scheduled"][job_id] <= now_ms) == job.due_now
             if job.state == "inflight":
                 assert (zsets["inflight"][job_id] <= now_ms) == job.due_now
-
-
-def _redis_now_ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 JobStateMachine.TestCase.settings = settings(
