@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -16,9 +14,9 @@ from typing import Any
 
 import redis
 
+from tests.processes import Process, child_env
 from tests.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent
 DQ_DB, BROKER_DB, RAW_DB = 0, 1, 3
 
 
@@ -33,35 +31,6 @@ def wait_for(
         if time.monotonic() > deadline:
             raise RuntimeError(f"benchmark: {what} did not happen within {timeout:.0f} s")
         time.sleep(interval)
-
-
-class Child:
-    """A child process with its output in a file."""
-
-    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.log = log
-        self.handle = log.open("wb")
-        self.popen = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self.handle, stderr=subprocess.STDOUT
-        )
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def output(self) -> str:
-        self.handle.flush()
-        return self.log.read_text(errors="replace")
-
-    def stop(self, timeout: float = 20) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        self.handle.close()
 
 
 class BenchEnv:
@@ -80,8 +49,8 @@ class BenchEnv:
         os.environ["DQ_TEST_REDIS_RUN_ID"] = str(self.server.run_id)
         os.environ["DQ_TEST_DIR"] = str(self.dir)
         os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-        self.children: list[Child] = []
-        self.celery: Child | None = None
+        self.children: list[Process] = []
+        self.celery: Process | None = None
 
         import django
 
@@ -104,13 +73,7 @@ class BenchEnv:
 
     # ---- children --------------------------------------------------------------------
 
-    def child_env(self, **extra: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(ROOT)
-        env.update(extra)
-        return env
-
-    def start_celery(self) -> Child:
+    def start_celery(self) -> Process:
         """The Celery worker on the default queue (``celery_pool``, ``celery_concurrency``);
         ready once it has run a ping task."""
         if self.celery is not None and self.celery.alive():
@@ -135,7 +98,7 @@ class BenchEnv:
             raise RuntimeError(f"Celery worker died:\n{worker.output()}")
         return worker
 
-    def start_delay_workers(self, count: int, queue: str, **env: str) -> list[Child]:
+    def start_delay_workers(self, count: int, queue: str, **env: str) -> list[Process]:
         """``count`` run_delay_worker processes; ready once each has sent a heartbeat."""
         from delayqueue.connection import global_keys
 
@@ -153,13 +116,13 @@ class BenchEnv:
         wait_for(ready, 60, "the delay workers' start", interval=0.05)
         return started
 
-    def _start(self, name: str, args: list[str], **env: str) -> Child:
+    def _start(self, name: str, args: list[str], **env: str) -> Process:
         log = self.dir / f"{name}-{len(self.children)}.log"
-        child = Child(name, args, log, self.child_env(**env))
+        child = Process(name, args, log, child_env(**env))
         self.children.append(child)
         return child
 
-    def stop(self, children: list[Child]) -> None:
+    def stop(self, children: list[Process]) -> None:
         for child in children:
             child.stop()
 

@@ -38,9 +38,9 @@ from pathlib import Path
 
 import redis
 
+from tests.processes import ROOT, child_env
 from tests.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "chaos"
 
 
@@ -128,15 +128,13 @@ class Rig:
     def _start(self) -> Rig:
         for server in (self.dq, self.broker, self.ledger_server):
             server.start()
-        env = dict(os.environ)
-        env.update(
+        env = child_env(
             DJANGO_SETTINGS_MODULE="tests.settings",
             DQ_TEST_REDIS_PORT=str(self.dq.port),
             DQ_TEST_REDIS_RUN_ID=str(self.dq.run_id),
             DQ_TEST_DIR=str(self.dir),
             DQ_TEST_BROKER_URL=self.broker.url,
             DQ_CHAOS_LEDGER_URL=self.ledger_server.url,
-            PYTHONPATH=str(ROOT),
         )
         self.env = env
         py = sys.executable

@@ -4,8 +4,6 @@ delay workers as child processes."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -17,8 +15,7 @@ import redis
 from celery import Celery
 
 from delayqueue import connection
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.processes import Process, child_env
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
@@ -75,44 +72,6 @@ def parked_celery(monkeypatch: pytest.MonkeyPatch) -> Celery:
     monkeypatch.delenv("CELERY_BROKER_URL")  # Celery prefers it to an app's own broker
     redis.Redis.from_url(parked_broker_url()).delete("celery")
     return celery_app_on(parked_broker_url())
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-class Process:
-    """A child process with its output in a file (shown when a test fails)."""
-
-    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.log = log
-        self.handle = log.open("wb")
-        self.popen = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self.handle, stderr=subprocess.STDOUT
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def output(self) -> str:
-        self.handle.flush()
-        return self.log.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        self.handle.close()
-        return self.popen.returncode
 
 
 @pytest.fixture(scope="session")

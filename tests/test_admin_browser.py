@@ -12,7 +12,8 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from tests import jobs
-from tests.conftest import ROOT, wait_for
+from tests.conftest import wait_for
+from tests.processes import ROOT
 from tests.test_operations import schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.processes import ROOT
 
 SCENARIOS = {"enqueue", "claim", "dispatch", "lateness", "memory", "scale"}
 

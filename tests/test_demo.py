@@ -15,7 +15,8 @@ from pathlib import Path
 
 import redis
 
-from tests.conftest import ROOT, wait_for
+from tests.conftest import wait_for
+from tests.processes import ROOT
 from tests.redis_server import free_port
 
 
