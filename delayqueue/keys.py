@@ -63,6 +63,11 @@ class QueueKeys:
         return self.job_prefix + job_id
 
     @property
+    def specs(self) -> str:
+        """hash: id -> packed spec of a scheduled job never claimed yet (scripts/_spec.lua)."""
+        return f"{self.base}:specs"
+
+    @property
     def scheduled(self) -> str:
         """zset: id -> due time (ms)."""
         return f"{self.base}:scheduled"

@@ -163,6 +163,7 @@ class DelayWorker:
                         keys.paused,
                         keys.stats(current_minute()),
                         keys.dead,
+                        keys.specs,
                     ],
                     [self.batch_size, self.visibility_ms, STATS_TTL_SECONDS],
                 )
@@ -391,7 +392,7 @@ def _bury(queue: str, job_id: str | bytes, reason: str) -> None:
     with redis_errors():
         get_scripts().bury(
             [job_key, keys.inflight, keys.scheduled, keys.dead, keys.dedupe,
-             keys.stats(current_minute())],
+             keys.stats(current_minute()), keys.specs],
             [job_id, reason, STATS_TTL_SECONDS],
             client=client,
         )  # fmt: skip
