@@ -20,6 +20,7 @@ from ulid import ULID
 
 from delayqueue.connection import get_redis, global_keys, queue_keys, redis_errors, redis_now_ms
 from delayqueue.keys import JOB_ID, QUEUE_NAME, QueueKeys
+from delayqueue.packing import job_fields
 
 State = Literal["scheduled", "inflight", "dead"]
 Order = Literal["asc", "desc"]
@@ -181,14 +182,29 @@ def _int_or(value: Any, default: int | None) -> int | None:
         return default
 
 
+def _fields(
+    client: Redis, keys: QueueKeys, entries: list[tuple[str, float]], names: tuple[str, ...]
+) -> list[list[str | None]]:
+    """The named fields of each job, from its hash or its packed spec, in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    for job_id, _ in entries:
+        pipe.hmget(keys.job(job_id), names)
+        pipe.hget(keys.specs, job_id)
+    replies = pipe.execute()
+    found = []
+    for values, spec in zip(replies[::2], replies[1::2], strict=True):
+        fields = job_fields({n: v for n, v in zip(names, values, strict=True) if v}, spec)
+        found.append([fields.get(name) for name in names])
+    return found
+
+
 def _rows(
     client: Redis, keys: QueueKeys, entries: list[tuple[str, float]], now: int
 ) -> list[JobRow]:
-    pipe = client.pipeline(transaction=False)
-    for job_id, _ in entries:
-        pipe.hmget(keys.job(job_id), _ROW_FIELDS)
     rows = []
-    for (job_id, score), values in zip(entries, pipe.execute(), strict=True):
+    for (job_id, score), values in zip(
+        entries, _fields(client, keys, entries, _ROW_FIELDS), strict=True
+    ):
         task, args, kwargs, key, att, max_, err, why = values
         rows.append(
             JobRow(
@@ -296,10 +312,8 @@ def _scan(client: Redis, keys: QueueKeys, zset: str, result: JobPage) -> None:
     while scanned < SEARCH_WINDOW:
         want = min(SCAN_CHUNK, SEARCH_WINDOW - scanned)
         entries = _range(client, zset, scanned, scanned + want - 1, result.order)
-        pipe = client.pipeline(transaction=False)
-        for job_id, _ in entries:
-            pipe.hmget(keys.job(job_id), ("task", "key"))
-        for entry, (task, key) in zip(entries, pipe.execute(), strict=True):
+        found = _fields(client, keys, entries, ("task", "key"))
+        for entry, (task, key) in zip(entries, found, strict=True):
             task, key = task or "", key or ""
             if task:
                 seen_tasks.add(task)
@@ -400,15 +414,17 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
         pipe = client.pipeline(transaction=False)
         pipe.time()
         pipe.hgetall(keys.job(job_id))
+        pipe.hget(keys.specs, job_id)
         for s in STATES:
             pipe.zscore(zset_of(keys, s), job_id)
-        (seconds, micros), fields, *scores = pipe.execute()
+        (seconds, micros), hash_fields, spec, *scores = pipe.execute()
+    fields = job_fields(hash_fields, spec)
     now = int(seconds) * 1000 + int(micros) // 1000
     state = next((s for s, score in zip(STATES, scores, strict=True) if score is not None), None)
     if not fields and state is None:
         return None
     score = scores[STATES.index(state)] if state else None
-    args, args_ok = _pretty(fields.get("args"), "[]")
+    args, args_ok = _pretty(fields.get("args", fields.get("raw")), "[]")
     kwargs, kwargs_ok = _pretty(fields.get("kwargs"), "{}")
     history, history_ok = _history(fields.get("hist"), now)
     try:

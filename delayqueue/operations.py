@@ -97,7 +97,8 @@ def cancel(queue: str, ids: Sequence[str]) -> ActionResult:
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
     script = get_scripts().cancel
-    replies = _run([(script, [keys.scheduled, keys.dedupe, keys.job_prefix], [i, ""]) for i in ids])
+    cancel_keys = [keys.scheduled, keys.dedupe, keys.job_prefix, keys.specs]
+    replies = _run([(script, cancel_keys, [i, ""]) for i in ids])
     return _sorted("cancel", ids, [int(reply[0]) == 1 for reply in replies])
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -25,8 +25,9 @@ from delayqueue.connection import (
     remember_queue,
     run_pipelined,
 )
-from delayqueue.errors import DelayQueueError, InvalidJobId
+from delayqueue.errors import DelayQueueError, InvalidJobId, UnknownTask
 from delayqueue.keys import check_job_id, check_queue_name, new_job_id
+from delayqueue.packing import pack, unpack
 from delayqueue.payload import encode_args
 from delayqueue.schedule import Mode, to_due
 
@@ -62,7 +63,7 @@ class JobSpec:
     mode: Mode
     ms: int
     on_conflict: OnConflict
-    fields: list[str] = field(default_factory=list)
+    packed: str  # the spec as enqueue.lua stores it (delayqueue.packing)
 
 
 def spec(
@@ -81,6 +82,8 @@ def spec(
     """Check everything about a job without writing it."""
     config = get_config()
     name, task_obj = resolve_task(task)
+    if "\n" in name:
+        raise UnknownTask(f"task names cannot contain a newline: {name!r}")
     queue = check_queue_name(
         queue or getattr(task_obj, "dq_queue", None) or config["DEFAULT_QUEUE"]
     )
@@ -98,9 +101,7 @@ def spec(
         raise DelayQueueError(f"max_attempts must be a positive int, not {attempts!r}")
     timeout = _first_given(visibility_timeout, getattr(task_obj, "dq_visibility_timeout", None))
 
-    fields = ["task", name, "args", args_json, "max", str(attempts)]
-    if kwargs_json:
-        fields += ["kwargs", kwargs_json]
+    vt = ""
     if timeout is not None:
         if (
             isinstance(timeout, bool)
@@ -108,13 +109,17 @@ def spec(
             or not 0 < timeout < math.inf
         ):
             raise DelayQueueError(f"visibility_timeout must be positive seconds, not {timeout!r}")
-        fields += ["vt", str(int(timeout * 1000))]
+        vt = str(int(timeout * 1000))
+    packed = pack(name, args_json, kwargs_json, str(attempts), vt, key or "")
     job = Job(id=new_job_id(), queue=queue, task=name, key=key)
-    return JobSpec(job=job, mode=mode, ms=ms, on_conflict=on_conflict, fields=fields)
+    return JobSpec(job=job, mode=mode, ms=ms, on_conflict=on_conflict, packed=packed)
 
 
 def _first_given(*values: Any) -> Any:
     return next((value for value in values if value is not None), None)
+
+
+_NONE: Any = object()  # no first call
 
 
 def spec_many(
@@ -126,17 +131,18 @@ def spec_many(
 ) -> list[JobSpec]:
     """``spec(task, args, delay=..., eta=...)`` for each args of ``calls``: what does not
     depend on the arguments (task, queue, due time, settings) is checked once."""
-    specs: list[JobSpec] = []
+    rest = iter(calls)
+    first_args = next(rest, _NONE)
+    if first_args is _NONE:
+        return []
+    first = spec(task, first_args, delay=delay, eta=eta)
+    head, _, tail = first.packed.split("\n", 2)  # task name, args, the rest
     max_bytes = int(get_config()["MAX_PAYLOAD_BYTES"])
-    for args in calls:
-        if not specs:
-            specs.append(spec(task, args, delay=delay, eta=eta))
-            continue
-        first = specs[0]
-        fields = list(first.fields)
-        fields[3] = encode_args(args, {}, max_bytes)[0]  # "task", name, "args", <args json>
+    specs = [first]
+    for args in rest:
+        packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
         job = Job(id=new_job_id(), queue=first.job.queue, task=first.job.task)
-        specs.append(JobSpec(job, first.mode, first.ms, "keep", fields))
+        specs.append(JobSpec(job, first.mode, first.ms, "keep", packed))
     return specs
 
 
@@ -180,8 +186,8 @@ def _enqueue_args(chunk: list[JobSpec]) -> tuple[list[str], list[Any]]:
     keys = queue_keys(chunk[0].job.queue)
     argv: list[Any] = [keys.wake]
     for s in chunk:
-        argv += [s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, len(s.fields), *s.fields]
-    return [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix], argv
+        argv += (s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed)
+    return [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.specs], argv
 
 
 def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
@@ -246,7 +252,7 @@ def cancel(queue: str, job_id: str | None = None, *, key: str | None = None) -> 
     job_id, key = _id_or_key(job_id, key)
     with redis_errors():
         removed, _ = get_scripts().cancel(
-            [keys.scheduled, keys.dedupe, keys.job_prefix], [job_id, key]
+            [keys.scheduled, keys.dedupe, keys.job_prefix, keys.specs], [job_id, key]
         )
     return bool(removed)
 
@@ -269,11 +275,14 @@ def reschedule(
         )
         if int(due) < 0:
             return None
-        task = get_redis().hget(keys.job(found_id), "task") or ""
+        client = get_redis()
+        packed = client.hget(keys.specs, found_id)
+        fields = (unpack(str(packed)) or {}) if packed else {}
+        name = fields.get("task") or client.hget(keys.job(found_id), "task") or ""
     return Job(
         id=found_id,
         queue=queue,
-        task=str(task),
+        task=str(name),
         key=key or None,
         due_at=datetime.fromtimestamp(int(due) / 1000, tz=UTC),
         state="scheduled",

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from importlib.resources import files
 
 from redis import Redis
 from redis.commands.core import Script
 
+INCLUDE = re.compile(r"^-- #include (_\w+)\.lua$", re.MULTILINE)
+
 
 def load_source(name: str) -> str:
-    return files("delayqueue").joinpath("scripts", f"{name}.lua").read_text(encoding="utf-8")
+    """A script's source, with each ``-- #include _name.lua`` line replaced by that file
+    (the helpers several transitions share)."""
+    source = files("delayqueue").joinpath("scripts", f"{name}.lua").read_text(encoding="utf-8")
+    return INCLUDE.sub(lambda m: load_source(m.group(1)), source)
 
 
 class Scripts:

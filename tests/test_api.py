@@ -14,11 +14,17 @@ from django.utils import timezone
 
 import delayqueue
 from delayqueue import connection
-from delayqueue.connection import redis_now_ms
+from delayqueue.connection import queue_keys, redis_now_ms
 from orders_demo.models import Product
 from tests import jobs
+from tests.stored import stored_job
 
 SCHEDULED = "dq:{tests}:scheduled"
+
+
+def stored(r: redis.Redis, job: delayqueue.Job) -> dict[str, str]:
+    """A job as Redis holds it: its hash and, while it was never claimed, its packed spec."""
+    return stored_job(r, queue_keys("tests"), job.id)
 
 
 def test_delay_for_schedules_at_redis_now_plus_delay(r: redis.Redis) -> None:
@@ -29,7 +35,7 @@ def test_delay_for_schedules_at_redis_now_plus_delay(r: redis.Redis) -> None:
     score = r.zscore(SCHEDULED, job.id)
     assert score is not None and before + 120_000 <= score <= after + 120_000
     assert job.due_at is not None and int(job.due_at.timestamp() * 1000) == score
-    assert r.hget(f"dq:{{tests}}:job:{job.id}", "args") == '["a"]'
+    assert stored(r, job)["args"] == '["a"]'
     assert r.sismember("dq:queues", "tests")
 
 
@@ -58,10 +64,10 @@ def test_delay_until_uses_the_given_instant(r: redis.Redis) -> None:
 
 def test_function_kwargs_pass_through(r: redis.Redis) -> None:
     job = jobs.record.delay_for(tag="kw", seconds=5, on_commit=False)
-    assert r.hget(f"dq:{{tests}}:job:{job.id}", "kwargs") == '{"tag":"kw"}'
+    assert stored(r, job)["kwargs"] == '{"tag":"kw"}'
     # `seconds` is reserved by delay_for; a function taking it is scheduled with enqueue():
     job = delayqueue.enqueue(jobs.slow, ("t",), {"seconds": 0.1}, delay=5, on_commit=False)
-    assert r.hget(f"dq:{{tests}}:job:{job.id}", "kwargs") == '{"seconds":0.1}'
+    assert stored(r, job)["kwargs"] == '{"seconds":0.1}'
 
 
 def test_enqueue_by_name_for_a_plain_celery_task(r: redis.Redis) -> None:
@@ -76,7 +82,7 @@ def test_key_keep_and_replace(r: redis.Redis) -> None:
     assert kept.id == first.id and kept.outcome == "kept" and r.zcard(SCHEDULED) == 1
     moved = jobs.record.delay_for("c", seconds=600, key="k", on_conflict="replace", on_commit=False)
     assert moved.id == first.id and moved.outcome == "replaced"
-    assert r.hget(f"dq:{{tests}}:job:{first.id}", "args") == '["c"]'
+    assert stored(r, first)["args"] == '["c"]'
     assert moved.due_at is not None and first.due_at is not None
     assert moved.due_at - first.due_at > timedelta(seconds=500)
 

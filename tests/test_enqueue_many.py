@@ -8,16 +8,23 @@ from typing import Any
 import redis
 
 from delayqueue.connection import get_redis, get_scripts, queue_keys
+from delayqueue.packing import pack
+from tests.stored import stored_job
 
 Q = queue_keys("t")
-BASE = ["task", "tests.jobs.record", "args", '["x"]']
+BASE = {"task": "tests.jobs.record", "args": '["x"]'}
 
 
 def enqueue_many(*jobs: tuple[str, int, str, str]) -> list[Any]:
     argv: list[Any] = [Q.wake]
     for job_id, delay_ms, key, conflict in jobs:
-        argv += [job_id, "delay", delay_ms, key, conflict, len(BASE), *BASE]
-    return get_scripts().enqueue([Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix], argv)
+        spec = pack(BASE["task"], BASE["args"], key=key)
+        argv += [job_id, "delay", delay_ms, key, conflict, spec]
+    return get_scripts().enqueue([Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs], argv)
+
+
+def job(r: redis.Redis, job_id: str) -> dict[str, str]:
+    return stored_job(r, Q, job_id)
 
 
 def test_batch_writes_each_job_like_enqueue(r: redis.Redis) -> None:
@@ -25,8 +32,7 @@ def test_batch_writes_each_job_like_enqueue(r: redis.Redis) -> None:
     replies = enqueue_many(("A" * 26, 1000, "", "keep"), ("B" * 26, 0, "k1", "keep"))
     assert [reply[2:] for reply in replies] == [["created", "scheduled"]] * 2
     assert before + 1000 <= float(r.zscore(Q.scheduled, "A" * 26) or 0) <= time.time() * 1000 + 1000
-    written = dict(zip(BASE[::2], BASE[1::2], strict=True))
-    assert r.hgetall(Q.job("B" * 26)) == {**written, "key": "k1"}
+    assert job(r, "B" * 26) == {**BASE, "key": "k1"}
     assert r.hget(Q.dedupe, "k1") == "B" * 26
 
 
@@ -36,6 +42,7 @@ def test_dedupe_inside_one_batch_and_against_existing(r: redis.Redis) -> None:
     replies = enqueue_many(("E" * 26, 100, "k", "replace"))
     assert replies[0][0] == "C" * 26 and replies[0][2] == "replaced"
     assert r.zcard(Q.scheduled) == 1 and not r.exists(Q.job("D" * 26), Q.job("E" * 26))
+    assert r.hkeys(Q.specs) == ["C" * 26]
 
 
 def test_one_wake_when_the_batch_changes_the_head(r: redis.Redis) -> None:

@@ -223,9 +223,13 @@ def marker(tmp_path: Path) -> Iterator[Path]:
     assert not path.exists(), "a pickled payload planted in Redis was loaded"
 
 
-def _plant(raw: redis.Redis, job_id: str, fields: Mapping[Any, Any] | None, zset: str = "scheduled",
-           score: int = 0) -> None:  # fmt: skip
-    if fields is not None:
+def _plant(raw: redis.Redis, job_id: str, fields: Mapping[Any, Any] | bytes | None,
+           zset: str = "scheduled", score: int = 0) -> None:  # fmt: skip
+    """A job written behind delayqueue's back: ``fields`` in its hash or, given as bytes, as
+    the packed spec of a never-claimed job."""
+    if isinstance(fields, bytes):
+        raw.hset(f"dq:{{{Q}}}:specs", job_id, fields)
+    elif fields is not None:
         raw.hset(f"dq:{{{Q}}}:job:{job_id}", mapping=fields)
     raw.zadd(f"dq:{{{Q}}}:{zset}", {job_id: score})
     raw.sadd("dq:queues", Q)
@@ -253,13 +257,15 @@ def _run_worker_once() -> DelayWorker:
 @pytest.mark.timeout(20)
 def test_pickle_is_never_loaded_from_redis(r, marker):
     bomb = Bomb(str(marker))
-    # protocol 0 is ASCII, the binary protocols are not UTF-8: both kinds, in both places.
+    # protocol 0 is ASCII, the binary protocols are not UTF-8: both kinds, in every place.
     payloads = [pickle.dumps([bomb], protocol=0), pickle.dumps([bomb], protocol=5)]
     raw = _raw()
-    planted = {}
+    planted: dict[str, Mapping[str, Any] | bytes] = {}
     for n, payload in enumerate(payloads):
         planted[_id(n)] = {"task": "tests.jobs.record", "args": payload, "max": "3"}
         planted[_id(n + 10)] = {"task": "tests.jobs.record", "args": "[]", "kwargs": payload}
+        planted[_id(n + 20)] = b"tests.jobs.record\n" + payload + b"\n\n3\n\n"  # packed spec
+        planted[_id(n + 30)] = payload  # a pickle where a packed spec belongs
     for job_id, fields in planted.items():
         _plant(raw, job_id, fields)
 
@@ -286,6 +292,13 @@ def test_corrupt_jobs_go_to_dead_with_a_reason_and_good_ones_still_run(r):
         _id(8): ({"task": b"\xff\xfe", "args": "[]"}, "corrupt"),  # not UTF-8
         _id(9): ({"task": "tests.jobs.record", "args": '["x"]', "att": "many"}, "corrupt"),
         _id(10): ({"task": "tests.jobs.record", "args": '["x"]', "tok": "1.5"}, "corrupt"),
+        # packed specs of never-claimed jobs (see delayqueue/packing.py)
+        _id(11): (b"tests.jobs.record", "corrupt"),  # not six fields
+        _id(12): (b"\n\n\n\n\n", "corrupt"),  # six empty fields
+        _id(13): (b"tests.jobs.record\n[not json\n\n3\n\n", "corrupt"),
+        _id(14): (b"\xff\xfe\n[]\n\n3\n\n", "corrupt"),  # not UTF-8
+        _id(15): (b"no.such.task\n[]\n\n3\n\n", "unknown task"),
+        _id(16): (b"\n[]\n\n3\n\nkey", "missing"),  # no task
     }
     for job_id, (fields, _) in corrupt.items():
         _plant(raw, job_id, fields)

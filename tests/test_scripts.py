@@ -10,6 +10,8 @@ import pytest
 import redis
 
 from delayqueue.connection import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
+from delayqueue.packing import pack
+from tests.stored import stored_job
 
 Q = queue_keys("t")
 WAKE = Q.wake
@@ -18,18 +20,40 @@ WAKE = Q.wake
 def enqueue(
     job_id: str, delay_ms: int = 0, key: str = "", conflict: str = "keep", *fields: str
 ) -> list[Any]:
-    data = ["task", "tests.jobs.record", "args", '["x"]', "max", "3", *fields]
+    """One job of tests.jobs.record('x'); ``fields`` are pairs of kwargs, vt, max (3)."""
+    extra = dict(zip(fields[::2], fields[1::2], strict=True))
+    spec = pack(
+        "tests.jobs.record",
+        '["x"]',
+        extra.get("kwargs", ""),
+        extra.get("max", "3"),
+        extra.get("vt", ""),
+        key,
+    )
     return get_scripts().enqueue(
-        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix],
-        [WAKE, job_id, "delay", delay_ms, key, conflict, len(data), *data],
+        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs],
+        [WAKE, job_id, "delay", delay_ms, key, conflict, spec],
     )[0]
+
+
+def job(r: redis.Redis, job_id: str) -> dict[str, str]:
+    """Everything Redis holds about a job: its hash and its packed spec, if any."""
+    return stored_job(r, Q, job_id)
+
+
+def exists(r: redis.Redis, job_id: str) -> bool:
+    return bool(r.exists(Q.job(job_id)) or r.hexists(Q.specs, job_id))
 
 
 def claim(limit: int = 10, visibility_ms: int = 60_000) -> list[Any]:
     return get_scripts().claim(
-        [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, Q.stats(current_minute()), Q.dead],
+        [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, Q.stats(current_minute()), Q.dead,
+         Q.specs],
         [limit, visibility_ms, STATS_TTL_SECONDS],
-    )
+    )  # fmt: skip
+
+
+CANCEL_KEYS = [Q.scheduled, Q.dedupe, Q.job_prefix, Q.specs]
 
 
 def ack(job_id: str, token: str) -> int:
@@ -64,7 +88,8 @@ def test_enqueue_writes_hash_and_due_time_from_redis_clock(r: redis.Redis) -> No
     assert (job_id, outcome, state) == ("A", "created", "scheduled")
     assert before + 5000 <= int(due) <= before + 7000
     assert r.zscore(Q.scheduled, "A") == int(due)
-    assert r.hgetall(Q.job("A")) == {"task": "tests.jobs.record", "args": '["x"]', "max": "3"}
+    assert job(r, "A") == {"task": "tests.jobs.record", "args": '["x"]', "max": "3"}
+    assert not r.exists(Q.job("A"))  # a scheduled job is one field of the specs hash
 
 
 def test_enqueue_publishes_wake_only_for_a_new_earliest_job(r: redis.Redis) -> None:
@@ -84,7 +109,7 @@ def test_dedupe_keep_returns_the_existing_job(r: redis.Redis) -> None:
     enqueue("A", 5000, "k")
     job_id, due, outcome, _ = enqueue("B", 60_000, "k")
     assert (job_id, outcome) == ("A", "kept")
-    assert r.zcard(Q.scheduled) == 1 and not r.exists(Q.job("B"))
+    assert r.zcard(Q.scheduled) == 1 and not exists(r, "B")
     assert r.hget(Q.dedupe, "k") == "A"
     assert int(due) == r.zscore(Q.scheduled, "A")
 
@@ -94,8 +119,8 @@ def test_dedupe_replace_moves_the_job_and_takes_new_args(r: redis.Redis) -> None
     job_id, due, outcome, _ = enqueue("B", 60_000, "k", "replace", "kwargs", '{"n":1}')
     assert (job_id, outcome) == ("A", "replaced")
     assert r.zscore(Q.scheduled, "A") == int(due)
-    assert r.hget(Q.job("A"), "kwargs") == '{"n":1}'
-    assert r.zcard(Q.scheduled) == 1 and not r.exists(Q.job("B"))
+    assert job(r, "A")["kwargs"] == '{"n":1}'
+    assert r.zcard(Q.scheduled) == 1 and not exists(r, "B")
 
 
 def test_dedupe_key_of_an_inflight_job(r: redis.Redis) -> None:
@@ -103,7 +128,7 @@ def test_dedupe_key_of_an_inflight_job(r: redis.Redis) -> None:
     claim()
     kept = enqueue("B", 0, "k")
     assert (kept[0], kept[2], kept[3]) == ("A", "kept", "inflight")
-    assert not r.exists(Q.job("B"))
+    assert not exists(r, "B")
     # replace while the first run is in flight: a new job owns the key
     job_id, _, outcome, state = enqueue("C", 0, "k", "replace")
     assert (job_id, outcome, state) == ("C", "created", "scheduled")
@@ -114,18 +139,18 @@ def test_cancel_by_id_and_by_key(r: redis.Redis) -> None:
     enqueue("A", 5000)
     enqueue("B", 5000, "k")
     cancel = get_scripts().cancel
-    assert cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["A", ""]) == [1, "A"]
-    assert cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["", "k"]) == [1, "B"]
+    assert cancel(CANCEL_KEYS, ["A", ""]) == [1, "A"]
+    assert cancel(CANCEL_KEYS, ["", "k"]) == [1, "B"]
     assert r.zcard(Q.scheduled) == 0 and r.hlen(Q.dedupe) == 0
-    assert not r.exists(Q.job("A"), Q.job("B"))
-    assert cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["A", ""]) == [0, "A"]
-    assert cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["", "k"]) == [0, ""]
+    assert not exists(r, "A") and not exists(r, "B")
+    assert cancel(CANCEL_KEYS, ["A", ""]) == [0, "A"]
+    assert cancel(CANCEL_KEYS, ["", "k"]) == [0, ""]
 
 
 def test_cancel_leaves_an_inflight_job_alone(r: redis.Redis) -> None:
     enqueue("A", 0)
     claim()
-    assert get_scripts().cancel([Q.scheduled, Q.dedupe, Q.job_prefix], ["A", ""])[0] == 0
+    assert get_scripts().cancel(CANCEL_KEYS, ["A", ""])[0] == 0
     assert r.zscore(Q.inflight, "A") is not None and r.exists(Q.job("A"))
 
 
@@ -175,6 +200,54 @@ def test_claim_moves_a_job_without_data_to_dead(r: redis.Redis) -> None:
     assert "missing" in str(r.hget(Q.job("GHOST"), "why"))
 
 
+def test_claim_unpacks_the_spec_into_the_job_hash(r: redis.Redis) -> None:
+    enqueue("A", 0, "line one\nline two", "keep", "kwargs", '{"n":1}', "vt", "5000")
+    assert r.hlen(Q.specs) == 1 and not r.exists(Q.job("A"))
+    now, *_, jobs = claim()
+    assert jobs == [["A", 1, 1, "tests.jobs.record", '["x"]', '{"n":1}']]
+    assert r.hlen(Q.specs) == 0
+    stored = r.hgetall(Q.job("A"))
+    assert {k: stored[k] for k in ("task", "args", "kwargs", "max", "vt", "key")} == {
+        "task": "tests.jobs.record",
+        "args": '["x"]',
+        "kwargs": '{"n":1}',
+        "max": "3",
+        "vt": "5000",
+        "key": "line one\nline two",  # a key may hold "\n": it is the spec's last field
+    }
+    assert score(r, Q.inflight, "A") == now + 5000
+
+
+@pytest.mark.parametrize("spec", ["no newline at all", "a\nb\nc", "\n\n\n\n\n"])
+def test_claim_moves_a_malformed_spec_to_dead_and_goes_on(r: redis.Redis, spec: str) -> None:
+    enqueue("GOOD", 0)
+    r.zadd(Q.scheduled, {"BAD": 0})
+    r.hset(Q.specs, "BAD", spec)
+    assert [j[0] for j in claim()[4]] == ["GOOD"]
+    assert r.zscore(Q.dead, "BAD") is not None and not r.hexists(Q.specs, "BAD")
+    assert r.hget(Q.job("BAD"), "raw") == spec  # kept for people to look at
+    assert "corrupt job data" in str(r.hget(Q.job("BAD"), "why"))
+
+
+def test_replace_of_a_job_back_from_a_failure_keeps_its_history(r: redis.Redis) -> None:
+    enqueue("A", 0, "k")
+    token = str(claim()[4][0][1])
+    begin("A", token)
+    assert fail("A", token, backoff_ms=60_000) == "retry"
+    enqueue("B", 0, "k", "replace", "kwargs", '{"n":2}')
+    assert r.hget(Q.job("A"), "task") is None  # the spec lives in one place: the specs hash
+    assert job(r, "A")["kwargs"] == '{"n":2}' and job(r, "A")["att"] == "1"
+    _, _, attempt, _, _, kwargs = claim()[4][0]
+    assert (attempt, kwargs) == (2, '{"n":2}')
+    assert json.loads(job(r, "A")["hist"])[0]["outcome"] == "failed"
+
+
+def test_cancel_removes_the_spec_and_its_key(r: redis.Redis) -> None:
+    enqueue("A", 5000, "k")
+    assert get_scripts().cancel(CANCEL_KEYS, ["A", ""]) == [1, "A"]
+    assert r.hlen(Q.specs) == 0 and r.hlen(Q.dedupe) == 0 and not exists(r, "A")
+
+
 def test_ack_removes_the_job_and_its_key(r: redis.Redis) -> None:
     enqueue("A", 0, "k")
     token = str(claim()[4][0][1])
@@ -205,8 +278,7 @@ def test_begin_checks_the_fencing_token(r: redis.Redis) -> None:
 
 
 def test_a_dispatch_that_never_started_is_not_an_attempt(r: redis.Redis) -> None:
-    enqueue("A", 0)
-    r.hset(Q.job("A"), "max", 1)
+    enqueue("A", 0, "", "keep", "max", "1")
     for expected_deadline in (1000, 2000, 4000):
         now, *_, jobs = claim(visibility_ms=1000)
         assert jobs[0][2] == 1  # attempt 1 each time: the lost dispatches did not count
@@ -265,8 +337,7 @@ def begin(job_id: str, token: str) -> list[Any]:
 
 def test_reap_returns_expired_jobs_and_buries_exhausted_ones(r: redis.Redis) -> None:
     enqueue("A", 0)
-    enqueue("B", 0, "", "keep")
-    r.hset(Q.job("B"), "max", 1)
+    enqueue("B", 0, "", "keep", "max", "1")
     for job_id, token, *_ in claim(visibility_ms=0)[4]:
         assert begin(job_id, str(token))[0] == 1  # both tasks started, neither finished
     assert reap() == [1, 1]
@@ -300,14 +371,14 @@ def test_bury_requeue_and_purge(r: redis.Redis) -> None:
     s = get_scripts()
     stats = Q.stats(current_minute())
     for job_id in ("A", "B"):
-        keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, stats]
+        keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, stats, Q.specs]
         assert s.bury(keys, [job_id, "unknown task", STATS_TTL_SECONDS]) == 1
     assert r.zcard(Q.dead) == 2 and r.zcard(Q.scheduled) == 0 and r.hlen(Q.dedupe) == 0
     assert s.requeue([Q.job("A"), Q.dead, Q.scheduled, Q.dedupe], ["A", 0, WAKE]) == 1
     assert r.hget(Q.dedupe, "k") == "A" and r.hget(Q.job("A"), "att") == "0"
     assert s.requeue([Q.job("A"), Q.dead, Q.scheduled, Q.dedupe], ["A", 0, WAKE]) == 0
     assert s.purge([Q.dead, Q.job_prefix], ["ids", "B", "NOPE"]) == 1
-    assert not r.exists(Q.job("B")) and r.zcard(Q.dead) == 0
+    assert not exists(r, "B") and r.zcard(Q.dead) == 0
 
 
 def test_purge_oldest(r: redis.Redis) -> None:
@@ -328,10 +399,8 @@ def test_every_script_declares_its_keys_in_a_header(name: str) -> None:
 
 
 def test_a_job_reaped_to_dead_while_running_is_settled_by_its_outcome(r: redis.Redis) -> None:
-    enqueue("A", 0)
-    enqueue("B", 0)
-    r.hset(Q.job("A"), "max", 1)
-    r.hset(Q.job("B"), "max", 1)
+    enqueue("A", 0, "", "keep", "max", "1")
+    enqueue("B", 0, "", "keep", "max", "1")
     tokens = {job[0]: str(job[1]) for job in claim(visibility_ms=0)[4]}
     for job_id, token in tokens.items():
         begin(job_id, token)

@@ -25,8 +25,10 @@ from delayqueue.connection import (
     queue_keys,
     redis_now_ms,
 )
+from delayqueue.packing import SPEC_FIELDS
 from tests import jobs
 from tests.conftest import _test_redis
+from tests.stored import stored_job
 
 Q = "sm"
 FAR_S = 2 * 3600
@@ -160,7 +162,15 @@ class JobStateMachine(RuleBasedStateMachine):
     def claim(self, expired: bool) -> None:
         k = self.keys
         reply = get_scripts().claim(
-            [k.scheduled, k.inflight, k.job_prefix, k.paused, k.stats(current_minute()), k.dead],
+            [
+                k.scheduled,
+                k.inflight,
+                k.job_prefix,
+                k.paused,
+                k.stats(current_minute()),
+                k.dead,
+                k.specs,
+            ],
             [1000, 0 if expired else HOUR_MS, STATS_TTL_SECONDS],
         )
         claimed = {str(c[0]): (int(c[1]), int(c[2])) for c in reply[4]}
@@ -317,12 +327,18 @@ class JobStateMachine(RuleBasedStateMachine):
             assert set(zsets[state]) == model, state
             assert self.redis.zcard(name) == len(model)
         assert self.redis.hgetall(k.dedupe) == self.dedupe
-        # No job hash without a job, no job without its hash.
+        # No job hash or packed spec without a job, no job without one of them; only a
+        # scheduled job has a packed spec, and a spec's fields live in one place.
         hashes = {key[len(k.job_prefix) :] for key in self.redis.scan_iter(k.job_prefix + "*")}
-        assert hashes == set(self.jobs)
+        specs = {str(i) for i in self.redis.hkeys(k.specs)}
+        assert hashes | specs == set(self.jobs)
+        assert {i for i in specs if self.jobs[i].state != "scheduled"} == set()
         for job_id, job in self.jobs.items():
-            att, tok, key = self.redis.hmget(k.job(job_id), "att", "tok", "key")
-            assert int(att or 0) == job.att and int(tok or 0) == job.tok and key == job.key
+            if job_id in specs:
+                assert not set(self.redis.hkeys(k.job(job_id))) & set(SPEC_FIELDS)
+            fields = stored_job(self.redis, k, job_id)
+            assert int(fields.get("att", 0)) == job.att and int(fields.get("tok", 0)) == job.tok
+            assert fields.get("key") == job.key
             if job.state == "scheduled":
                 # due now: already due; far: more than an hour away
                 assert (zsets["scheduled"][job_id] <= now_ms) == job.due_now

@@ -5,12 +5,15 @@
 -- KEYS[4] paused flag                   dq:{Q}:paused
 -- KEYS[5] this minute's stats hash      dq:{Q}:stats:<minute>
 -- KEYS[6] dead zset                     dq:{Q}:dead
+-- KEYS[7] specs hash                    dq:{Q}:specs  (a never-claimed job's spec moves
+--                                                      into its hash here)
 -- ARGV[1] most jobs to claim
 -- ARGV[2] visibility timeout ms for jobs that set none of their own (doubled per earlier
 --         dispatch that never started, up to 32 times)
 -- ARGV[3] stats ttl seconds
 -- Returns {now ms, next due ms or -1, next deadline ms or -1, paused 0|1,
 --          {{id, token, attempt, task, args json, kwargs json or ""}, ...}}
+-- #include _spec.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -34,8 +37,12 @@ end
 
 for _, id in ipairs(ids) do
   local job = KEYS[3] .. id
+  local unpacked = unpack_spec(KEYS[7], job, id)
   local f = redis.call('HMGET', job, 'task', 'args', 'kwargs', 'vt', 'tok', 'att', 'rp')
-  if f[1] and f[2] and not (counter_ok(f[5]) and counter_ok(f[6])) then
+  if unpacked == nil then
+    redis.call('HSET', job, 'why', 'corrupt job data: its packed spec has fewer than 6 fields')
+    redis.call('ZADD', KEYS[6], now, id)
+  elseif f[1] and f[2] and not (counter_ok(f[5]) and counter_ok(f[6])) then
     redis.call('HSET', job, 'why', 'corrupt job data: tok or att is not an integer')
     redis.call('ZADD', KEYS[6], now, id)
   elseif f[1] and f[2] then

@@ -1,0 +1,38 @@
+"""The packed spec of a scheduled job that was never claimed (see ``scripts/_spec.lua``).
+
+Such a job is one field of its queue's specs hash, ``id -> spec``, instead of a hash of its
+own: a Redis key costs about 100 bytes before it holds anything, and most jobs of a delayed
+queue spend their whole life scheduled. Claiming a job unpacks its spec into its job hash,
+where attempts, tokens and history join it.
+"""
+
+from __future__ import annotations
+
+# In this order, joined by "\n". Only the dedupe key, last, may itself contain "\n".
+SPEC_FIELDS = ("task", "args", "kwargs", "max", "vt", "key")
+
+
+def pack(
+    task: str, args_json: str, kwargs_json: str = "", max_attempts: str = "", vt: str = "",
+    key: str = "",
+) -> str:  # fmt: skip
+    """The spec as one string; every part but ``key`` must be free of "\\n"."""
+    return f"{task}\n{args_json}\n{kwargs_json}\n{max_attempts}\n{vt}\n{key}"
+
+
+def unpack(spec: str) -> dict[str, str] | None:
+    """The spec's non-empty fields by name, or None when it is not a packed spec."""
+    parts = spec.split("\n", len(SPEC_FIELDS) - 1)
+    if len(parts) != len(SPEC_FIELDS):
+        return None
+    return {name: value for name, value in zip(SPEC_FIELDS, parts, strict=True) if value}
+
+
+def job_fields(hash_fields: dict[str, str], spec: str | None) -> dict[str, str]:
+    """What one job is: its hash's fields, under those of its packed spec when it has one."""
+    if spec is None:
+        return hash_fields
+    unpacked = unpack(spec)
+    if unpacked is None:
+        return {**hash_fields, "raw": spec}
+    return {**hash_fields, **unpacked}

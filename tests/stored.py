@@ -1,0 +1,15 @@
+"""What Redis holds about one job, read the way the admin reads it."""
+
+from __future__ import annotations
+
+import redis
+
+from delayqueue.keys import QueueKeys
+from delayqueue.packing import job_fields
+
+
+def stored_job(r: redis.Redis, keys: QueueKeys, job_id: str) -> dict[str, str]:
+    """A job's hash and, while it was never claimed, its packed spec, as one dict."""
+    hash_fields = {str(k): str(v) for k, v in r.hgetall(keys.job(job_id)).items()}
+    spec = r.hget(keys.specs, job_id)
+    return job_fields(hash_fields, None if spec is None else str(spec))
