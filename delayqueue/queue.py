@@ -23,6 +23,7 @@ from delayqueue.connection import (
     queue_keys,
     redis_errors,
     remember_queue,
+    run_direct,
     run_pipelined,
 )
 from delayqueue.errors import DelayQueueError, InvalidJobId, UnknownTask
@@ -162,9 +163,8 @@ def _write(specs: list[JobSpec]) -> None:
     with redis_errors():
         for queue in {s.job.queue for s in specs}:
             remember_queue(queue)
-        if len(specs) == 1:
-            keys, argv = _enqueue_args(specs)
-            _apply_reply(specs[0].job, scripts.enqueue(keys, argv)[0])
+        if len(specs) == 1:  # the latency path: delay_for() in a request
+            _apply_reply(specs[0].job, run_direct(scripts.enqueue, *_enqueue_args(specs))[0])
             return
         by_queue: dict[str, list[JobSpec]] = {}
         for s in specs:

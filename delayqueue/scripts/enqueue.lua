@@ -10,16 +10,27 @@
 -- ARGV[2..] per job, 6 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
 --           packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local earliest  -- the earliest due time this call wrote
+local now  -- Redis's clock in ms, read once and only for "delay" jobs
+local earliest, earliest_id  -- the job this call wrote that sorts first
+
+local function wrote(id, due)
+  if not earliest or due < earliest or (due == earliest and id < earliest_id) then
+    earliest, earliest_id = due, id
+  end
+end
 
 local function enqueue(id, mode, ms, key, conflict, spec)
   local due = tonumber(ms)
-  if mode == 'delay' then due = now + due end
+  if mode == 'delay' then
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    due = now + due
+  end
   if key ~= '' then
     local existing = redis.call('HGET', KEYS[3], key)
-    if existing then
+    if existing and existing ~= id then  -- (the same id: this call sent again)
       local score = redis.call('ZSCORE', KEYS[1], existing)
       if score then
         if conflict == 'keep' then return {existing, score, 'kept', 'scheduled'} end
@@ -28,7 +39,7 @@ local function enqueue(id, mode, ms, key, conflict, spec)
         redis.call('HDEL', KEYS[4] .. existing, 'task', 'args', 'kwargs', 'max', 'vt', 'key')
         redis.call('HSET', KEYS[5], existing, spec)
         redis.call('ZADD', KEYS[1], due, existing)
-        if not earliest or due < earliest then earliest = due end
+        wrote(existing, due)
         return {existing, due, 'replaced', 'scheduled'}
       end
       local deadline = redis.call('ZSCORE', KEYS[2], existing)
@@ -40,7 +51,7 @@ local function enqueue(id, mode, ms, key, conflict, spec)
   end
   redis.call('HSET', KEYS[5], id, spec)
   redis.call('ZADD', KEYS[1], due, id)
-  if not earliest or due < earliest then earliest = due end
+  wrote(id, due)
   return {id, due, 'created', 'scheduled'}
 end
 
@@ -51,8 +62,8 @@ for i = 2, #ARGV, 6 do
 end
 
 -- A job written here is now the earliest: wake the workers sleeping until the old head.
-if earliest then
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if tonumber(head[2]) == earliest then redis.call('PUBLISH', ARGV[1], earliest) end
+-- (Among jobs due at the same ms the zset sorts by id, and so does wrote().)
+if earliest and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == earliest_id then
+  redis.call('PUBLISH', ARGV[1], earliest)
 end
 return replies

@@ -1,0 +1,69 @@
+"""The single-call path of delay_for (connection.DirectConnections): what redis-py's client
+does for us elsewhere, it must do too."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import redis
+
+from delayqueue import connection, queue
+from tests import jobs
+
+SCHEDULED = "dq:{tests}:scheduled"
+
+
+def test_a_script_redis_lost_is_loaded_again(r: redis.Redis) -> None:
+    jobs.record.delay_for("first", seconds=60, on_commit=False)
+    r.script_flush()
+    job = jobs.record.delay_for("after flush", seconds=60, on_commit=False)
+    assert job.state == "scheduled" and r.zscore(SCHEDULED, job.id) is not None
+
+
+def test_a_connection_dropped_while_idle_is_replaced(r: redis.Redis) -> None:
+    jobs.record.delay_for("first", seconds=60, on_commit=False)
+    (mine,) = [c for c in r.client_list() if c["cmd"] == "evalsha"]
+    r.client_kill_filter(_id=mine["id"])
+    job = jobs.record.delay_for("after kill", seconds=60, on_commit=False)
+    assert r.zscore(SCHEDULED, job.id) is not None and r.zcard(SCHEDULED) == 2
+
+
+def test_a_retry_of_the_same_call_keeps_one_job_created(r: redis.Redis) -> None:
+    """A reply lost after Redis ran the call sends it again: same id, so same job."""
+    one = queue.spec(jobs.record, ("k",), delay=60, key="once")
+    for _ in range(2):
+        reply = connection.run_direct(connection.get_scripts().enqueue, *queue._enqueue_args([one]))
+        assert reply[0][2] == "created"
+    assert r.zcard(SCHEDULED) == 1 and r.hget("dq:{tests}:keys", "once") == one.job.id
+
+
+def test_threads_share_the_connections(r: redis.Redis) -> None:
+    ids: list[str] = []
+
+    def enqueue_many() -> None:
+        for i in range(50):
+            ids.append(jobs.record.delay_for(f"t{i}", seconds=60, on_commit=False).id)
+
+    threads = [threading.Thread(target=enqueue_many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 200 and r.zcard(SCHEDULED) == 200
+    assert len([c for c in r.client_list() if c["cmd"] == "evalsha"]) <= 4
+
+
+def test_a_forked_child_uses_connections_of_its_own(r: redis.Redis) -> None:
+    jobs.record.delay_for("parent", seconds=60, on_commit=False)
+    pid = os.fork()
+    if pid == 0:  # the child: enqueue, then leave without running the parent's cleanup
+        try:
+            jobs.record.delay_for("child", seconds=60, on_commit=False)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    job = jobs.record.delay_for("parent again", seconds=60, on_commit=False)  # socket intact
+    assert r.zscore(SCHEDULED, job.id) is not None and r.zcard(SCHEDULED) == 3
