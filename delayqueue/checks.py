@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from delayqueue.conf import DEFAULTS
+from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS
 
 
 @register()
@@ -79,7 +79,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="delayqueue.W001",
             )
         )
-    vt, safety = config["VISIBILITY_TIMEOUT"], config["SAFETY_POLL"]
+    safety = config["SAFETY_POLL"]
+    if isinstance(safety, int | float) and safety * 1000 > WAKE_HORIZON_MS:
+        messages.append(
+            Error(
+                f"DELAYQUEUE['SAFETY_POLL'] must be at most {WAKE_HORIZON_MS // 1000} seconds, "
+                f"not {safety!r}.",
+                hint="A new job due sooner than the worker's next look wakes it through the "
+                "queue's channel only when it is due within that horizon.",
+                id="delayqueue.E006",
+            )
+        )
+    vt = config["VISIBILITY_TIMEOUT"]
     if isinstance(vt, int | float) and isinstance(safety, int | float) and vt <= safety:
         messages.append(
             Warning(

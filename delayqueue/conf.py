@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_DELAY": 365 * 24 * 3600,
     # Largest accepted JSON payload (args + kwargs), in bytes.
     "MAX_PAYLOAD_BYTES": 64 * 1024,
-    # Longest the worker sleeps without a reason to wake, in seconds.
+    # Longest the worker sleeps without a reason to wake, in seconds (at most WAKE_HORIZON).
     "SAFETY_POLL": 5.0,
     # Seconds a Redis command may take before the caller gets an error instead of a hang.
     "SOCKET_TIMEOUT": 5.0,
@@ -43,6 +43,13 @@ DEFAULTS: dict[str, Any] = {
     # and uses send_task otherwise; "send_task" always uses Celery's send_task.
     "DISPATCH_MODE": "auto",
 }
+
+
+# A new earliest job is announced on the queue's wake channel only when it is due within this
+# many ms: a worker never sleeps longer (SAFETY_POLL <= this, delayqueue.E006), so it looks at
+# the head again before a later job is due, and enqueue.lua spares the head lookup for the
+# usual job that is minutes or days away.
+WAKE_HORIZON_MS = 60_000
 
 
 @cache

@@ -16,7 +16,7 @@ from celery import Task
 from django.db import transaction
 
 from delayqueue.celery import resolve_task
-from delayqueue.conf import get_config
+from delayqueue.conf import WAKE_HORIZON_MS, get_config
 from delayqueue.connection import (
     get_redis,
     get_scripts,
@@ -184,7 +184,7 @@ def _write(specs: list[JobSpec]) -> None:
 
 def _enqueue_args(chunk: list[JobSpec]) -> tuple[list[str], list[Any]]:
     keys = queue_keys(chunk[0].job.queue)
-    argv: list[Any] = [keys.wake]
+    argv: list[Any] = [keys.wake, WAKE_HORIZON_MS]
     for s in chunk:
         argv += (s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed)
     return [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.specs], argv

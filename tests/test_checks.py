@@ -26,6 +26,7 @@ def test_good_settings_pass() -> None:
         ({"REDIS_URL": "redis://x", "BATCH_SIZE": 0}, "delayqueue.E004"),
         ({"REDIS_URL": "redis://x", "MAX_DELAY": "a year"}, "delayqueue.E004"),
         ({"REDIS_URL": "redis://x", "DISPATCH_MODE": "fast"}, "delayqueue.E005"),
+        ({"REDIS_URL": "redis://x", "SAFETY_POLL": 61}, "delayqueue.E006"),
         ({"REDIS_URL": "redis://x", "VISIBILITY_TIMEOUT": 1, "SAFETY_POLL": 5}, "delayqueue.W002"),
     ],
 )

@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 
+from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.connection import get_redis, get_scripts, queue_keys
 from delayqueue.packing import pack
 from tests.stored import stored_job
@@ -16,7 +17,7 @@ BASE = {"task": "tests.jobs.record", "args": '["x"]'}
 
 
 def enqueue_many(*jobs: tuple[str, int, str, str]) -> list[Any]:
-    argv: list[Any] = [Q.wake]
+    argv: list[Any] = [Q.wake, WAKE_HORIZON_MS]
     for job_id, delay_ms, key, conflict in jobs:
         spec = pack(BASE["task"], BASE["args"], key=key)
         argv += [job_id, "delay", delay_ms, key, conflict, spec]

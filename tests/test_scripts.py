@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import redis
 
+from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.connection import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
 from delayqueue.packing import pack
 from tests.stored import stored_job
@@ -32,7 +33,7 @@ def enqueue(
     )
     return get_scripts().enqueue(
         [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs],
-        [WAKE, job_id, "delay", delay_ms, key, conflict, spec],
+        [WAKE, WAKE_HORIZON_MS, job_id, "delay", delay_ms, key, conflict, spec],
     )[0]
 
 
@@ -102,6 +103,9 @@ def test_enqueue_publishes_wake_only_for_a_new_earliest_job(r: redis.Redis) -> N
     assert pubsub.get_message(timeout=0.2) is None
     enqueue("C", 1_000)  # new head
     assert pubsub.get_message(timeout=1) is not None
+    r.delete(Q.scheduled)
+    enqueue("D", WAKE_HORIZON_MS + 1_000)  # new head, but due after any worker looks again
+    assert pubsub.get_message(timeout=0.2) is None
     pubsub.close()
 
 

@@ -7,10 +7,19 @@
 -- KEYS[4] job hash prefix               dq:{Q}:job:   (a job's hash is KEYS[4] .. id)
 -- KEYS[5] specs hash                    dq:{Q}:specs  (id -> packed spec, see _spec.lua)
 -- ARGV[1] wake channel
--- ARGV[2..] per job, 6 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
+-- ARGV[2] wake horizon ms: a new earliest job due later than this needs no wake-up, as no
+--         worker sleeps that long (conf.WAKE_HORIZON_MS)
+-- ARGV[3..] per job, 6 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
 --           packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
-local now  -- Redis's clock in ms, read once and only for "delay" jobs
+local now  -- Redis's clock in ms, read once and only when needed
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 local earliest, earliest_id  -- the job this call wrote that sorts first
 
 local function wrote(id, due)
@@ -21,13 +30,7 @@ end
 
 local function enqueue(id, mode, ms, key, conflict, spec)
   local due = tonumber(ms)
-  if mode == 'delay' then
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
-    due = now + due
-  end
+  if mode == 'delay' then due = clock() + due end
   if key ~= '' then
     local existing = redis.call('HGET', KEYS[3], key)
     if existing and existing ~= id then  -- (the same id: this call sent again)
@@ -56,14 +59,15 @@ local function enqueue(id, mode, ms, key, conflict, spec)
 end
 
 local replies = {}
-for i = 2, #ARGV, 6 do
+for i = 3, #ARGV, 6 do
   replies[#replies + 1] = enqueue(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4],
                                   ARGV[i + 5])
 end
 
--- A job written here is now the earliest: wake the workers sleeping until the old head.
--- (Among jobs due at the same ms the zset sorts by id, and so does wrote().)
-if earliest and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == earliest_id then
+-- A job written here is now the earliest and due soon: wake the workers sleeping until the
+-- old head. (Among jobs due at the same ms the zset sorts by id, and so does wrote().)
+if earliest and earliest < clock() + tonumber(ARGV[2])
+    and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == earliest_id then
   redis.call('PUBLISH', ARGV[1], earliest)
 end
 return replies
