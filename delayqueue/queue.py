@@ -82,18 +82,69 @@ def spec(
 ) -> JobSpec:
     """Check everything about a job without writing it."""
     config = get_config()
-    name, task_obj = resolve_task(task)
-    if "\n" in name:
-        raise UnknownTask(f"task names cannot contain a newline: {name!r}")
-    queue = check_queue_name(
-        queue or getattr(task_obj, "dq_queue", None) or config["DEFAULT_QUEUE"]
-    )
+    target = _target(task, queue, max_attempts, visibility_timeout, config)
     mode, ms = to_due(delay, eta)
     args_json, kwargs_json = encode_args(args, kwargs or {}, config["MAX_PAYLOAD_BYTES"])
     if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
         raise DelayQueueError(f"key must be a non-empty str of at most 200 characters, not {key!r}")
     if on_conflict not in ("keep", "replace"):
         raise DelayQueueError(f"on_conflict must be 'keep' or 'replace', not {on_conflict!r}")
+    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "")
+    job = Job(id=new_job_id(), queue=target.queue, task=target.name, key=key)
+    return JobSpec(job=job, mode=mode, ms=ms, on_conflict=on_conflict, packed=packed)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What spec() checks about a task and its options, the same for each of its calls."""
+
+    task: Task | str
+    config: dict[str, Any]
+    name: str
+    queue: str
+    attempts: str
+    vt: str  # visibility timeout ms, or "" for the worker's default
+
+
+_targets: dict[tuple[Any, ...], _Target] = {}
+
+
+def _target(
+    task: Task | str,
+    queue: str | None,
+    max_attempts: int | None,
+    visibility_timeout: float | None,
+    config: dict[str, Any],
+) -> _Target:
+    """The checked target of ``task`` with these options, remembered per task object and
+    options until the settings change (a new ``config``): most calls repeat the last one."""
+    try:
+        cache_key = (id(task), queue, max_attempts, visibility_timeout)
+        found = _targets.get(cache_key)
+    except TypeError:  # unhashable options: _check_target says what is wrong with them
+        return _check_target(task, queue, max_attempts, visibility_timeout, config)
+    if found is not None and found.task is task and found.config is config:
+        return found
+    target = _check_target(task, queue, max_attempts, visibility_timeout, config)
+    if len(_targets) >= 1_000:
+        _targets.clear()
+    _targets[cache_key] = target
+    return target
+
+
+def _check_target(
+    task: Task | str,
+    queue: str | None,
+    max_attempts: int | None,
+    visibility_timeout: float | None,
+    config: dict[str, Any],
+) -> _Target:
+    name, task_obj = resolve_task(task)
+    if "\n" in name:
+        raise UnknownTask(f"task names cannot contain a newline: {name!r}")
+    queue = check_queue_name(
+        queue or getattr(task_obj, "dq_queue", None) or config["DEFAULT_QUEUE"]
+    )
     # `is not None`, not `or`: an explicit 0 is an error, not "use the default".
     attempts = _first_given(
         max_attempts, getattr(task_obj, "dq_max_attempts", None), config["MAX_ATTEMPTS"]
@@ -101,7 +152,6 @@ def spec(
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         raise DelayQueueError(f"max_attempts must be a positive int, not {attempts!r}")
     timeout = _first_given(visibility_timeout, getattr(task_obj, "dq_visibility_timeout", None))
-
     vt = ""
     if timeout is not None:
         if (
@@ -111,9 +161,7 @@ def spec(
         ):
             raise DelayQueueError(f"visibility_timeout must be positive seconds, not {timeout!r}")
         vt = str(int(timeout * 1000))
-    packed = pack(name, args_json, kwargs_json, str(attempts), vt, key or "")
-    job = Job(id=new_job_id(), queue=queue, task=name, key=key)
-    return JobSpec(job=job, mode=mode, ms=ms, on_conflict=on_conflict, packed=packed)
+    return _Target(task, config, name, queue, str(attempts), vt)
 
 
 def _first_given(*values: Any) -> Any:

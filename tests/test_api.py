@@ -22,9 +22,9 @@ from tests.stored import stored_job
 SCHEDULED = "dq:{tests}:scheduled"
 
 
-def stored(r: redis.Redis, job: delayqueue.Job) -> dict[str, str]:
+def stored(r: redis.Redis, job: delayqueue.Job, queue: str = "tests") -> dict[str, str]:
     """A job as Redis holds it: its hash and, while it was never claimed, its packed spec."""
-    return stored_job(r, queue_keys("tests"), job.id)
+    return stored_job(r, queue_keys(queue), job.id)
 
 
 def test_delay_for_schedules_at_redis_now_plus_delay(r: redis.Redis) -> None:
@@ -212,3 +212,15 @@ def test_redis_unreachable_is_a_clear_error() -> None:
             jobs.record.delay_for("a", seconds=1, on_commit=False)
         assert "secret" not in str(info.value) and "retrying is safe" in str(info.value)
     connection.reset()
+
+
+def test_changed_settings_apply_to_the_next_job(r: redis.Redis) -> None:
+    """spec() remembers what it checked about a task; new settings must still count."""
+    first = delayqueue.enqueue("tests.jobs.plain", ["a"], delay=60, on_commit=False)
+    base = delayqueue.conf.get_config()
+    with override_settings(DELAYQUEUE={**base, "MAX_ATTEMPTS": 7, "DEFAULT_QUEUE": "other"}):
+        second = delayqueue.enqueue("tests.jobs.plain", ["b"], delay=60, on_commit=False)
+        third = jobs.record.delay_for("c", seconds=60, on_commit=False)
+    assert (first.queue, second.queue) == ("default", "other")
+    assert stored(r, first, "default")["max"] == "5" and stored(r, second, "other")["max"] == "7"
+    assert third.queue == "tests" and stored(r, third)["max"] == "3"  # the task's own win
