@@ -1,5 +1,6 @@
 """``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...] [--aof]
-[--celery-pool prefork --celery-concurrency 2]``"""
+[--celery-pool prefork --celery-concurrency 2 --celery-prefetch 16
+--celery-ack-emulation off]``"""
 
 from __future__ import annotations
 
@@ -37,27 +38,40 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.env import BenchEnv, CeleryConfig
+
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario in <60 s")
     parser.add_argument("--json", type=Path, help="where to write the figures")
     parser.add_argument("--only", help=f"comma-separated scenarios of {','.join(SCENARIOS)}")
     parser.add_argument("--aof", action="store_true", help="Redis with appendfsync everysec")
-    parser.add_argument("--celery-pool", default="prefork", help="the Celery worker's -P")
-    parser.add_argument("--celery-concurrency", type=int, default=2, help="its -c")
+    default = CeleryConfig()
+    parser.add_argument("--celery-pool", default=default.pool, help="the Celery worker's -P")
+    parser.add_argument("--celery-concurrency", type=int, default=default.concurrency,
+                        help="its -c")  # fmt: skip
+    parser.add_argument("--celery-prefetch", type=int, default=default.prefetch_multiplier,
+                        help="its --prefetch-multiplier")  # fmt: skip
+    parser.add_argument(
+        "--celery-ack-emulation",
+        choices=("on", "off"),
+        default="on" if default.ack_emulation else "off",
+        help="kombu's Redis ack emulation (broker_transport_options); off is the README's "
+        "recommendation for delayqueue's tasks, on is Celery's default",
+    )
     options = parser.parse_args(argv)
     only = [s.strip() for s in options.only.split(",")] if options.only else list(SCENARIOS)
     unknown = set(only) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
 
-    from bench.env import BenchEnv
-
     console = Console(width=max(Console().width, 150))  # the table is wide: don't fold it
-    env = BenchEnv(
-        aof=options.aof,
-        celery_pool=options.celery_pool,
-        celery_concurrency=options.celery_concurrency,
+    celery = CeleryConfig(
+        pool=options.celery_pool,
+        concurrency=options.celery_concurrency,
+        prefetch_multiplier=options.celery_prefetch,
+        ack_emulation=options.celery_ack_emulation == "on",
     )
+    env = BenchEnv(aof=options.aof, celery=celery)
     from bench.report import print_table, write_json
     from bench.throughput import SMOKE, Sizes
 
@@ -73,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             timings[name] = round(time.perf_counter() - started, 2)
     finally:
         env.close()
-    print_table(figures, console)
+    print_table(figures, console, caption=celery.describe())
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = options.json or RESULTS / f"{stamp}.json"
     params = {
         "smoke": options.smoke,
         "aof": options.aof,
-        "celery_worker": f"-P {options.celery_pool} -c {options.celery_concurrency}",
+        "celery_worker": asdict(celery),
         "scenarios": only,
         "sizes": asdict(sizes),
         "seconds": timings,

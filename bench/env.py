@@ -9,6 +9,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,44 @@ def wait_for(
         time.sleep(interval)
 
 
+@dataclass(frozen=True)
+class CeleryConfig:
+    """How the benchmark's Celery worker runs: its command line and the broker transport
+    options ``bench.settings`` reads from the environment (the worker, the delay workers'
+    publisher and the Celery baselines all use them).
+
+    The default is the configuration the README recommends for delayqueue's tasks: kombu's
+    Redis ack emulation off. delayqueue re-dispatches a job whose message a killed worker
+    took with it (its visibility deadline), so the broker's own bookkeeping of unacked
+    messages (two blocking round trips per message in the Celery main process: a copy of the
+    message into the ``unacked`` hash on delivery, its removal at the ack) buys it nothing.
+    The Celery eta baseline runs on the same worker."""
+
+    pool: str = "prefork"
+    concurrency: int = 2
+    prefetch_multiplier: int = 16
+    ack_emulation: bool = False
+
+    def args(self) -> list[str]:
+        return ["-P", self.pool, "-c", str(self.concurrency),
+                "--prefetch-multiplier", str(self.prefetch_multiplier)]  # fmt: skip
+
+    def environ(self) -> dict[str, str]:
+        return {"BENCH_CELERY_ACK_EMULATION": "1" if self.ack_emulation else "0"}
+
+    def describe(self) -> str:
+        return (
+            f"celery worker {' '.join(self.args())}, broker ack emulation "
+            f"{'on' if self.ack_emulation else 'off'}"
+        )
+
+
 class BenchEnv:
     """Starts redis-server before Django is set up, so that ``bench.settings`` (and every
     child) uses it; ``close()`` stops every process it started."""
 
-    def __init__(
-        self, *, aof: bool = False, celery_pool: str = "prefork", celery_concurrency: int = 2
-    ) -> None:
-        self.celery_pool = celery_pool
-        self.celery_concurrency = celery_concurrency
+    def __init__(self, *, aof: bool = False, celery: CeleryConfig | None = None) -> None:
+        self.celery_config = celery or CeleryConfig()
         extra = ["--maxmemory-policy", "noeviction"]
         self.server = RedisServer(appendonly=aof, appendfsync="everysec", extra=extra).start()
         self.dir = Path(tempfile.mkdtemp(prefix="dq-bench-"))
@@ -49,6 +79,7 @@ class BenchEnv:
         os.environ["DQ_TEST_REDIS_RUN_ID"] = str(self.server.run_id)
         os.environ["DQ_TEST_DIR"] = str(self.dir)
         os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+        os.environ.update(self.celery_config.environ())
         self.children: list[Process] = []
         self.celery: Process | None = None
 
@@ -74,14 +105,14 @@ class BenchEnv:
     # ---- children --------------------------------------------------------------------
 
     def start_celery(self) -> Process:
-        """The Celery worker on the default queue (``celery_pool``, ``celery_concurrency``);
-        ready once it has run a ping task."""
+        """The Celery worker on the default queue, as ``celery_config`` says; ready once it
+        has run a ping task."""
         if self.celery is not None and self.celery.alive():
             return self.celery
         worker = self._start(
             "celery",
             [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "warning",
-             "-P", self.celery_pool, "-c", str(self.celery_concurrency), "-Q", "celery",
+             *self.celery_config.args(), "-Q", "celery",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
         )  # fmt: skip
         self.celery = worker

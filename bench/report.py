@@ -42,9 +42,9 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}"
 
 
-def print_table(figures: list[Figure], console: Console | None = None) -> None:
+def print_table(figures: list[Figure], console: Console | None = None, caption: str = "") -> None:
     console = console or Console()
-    table = Table(title="delayqueue benchmark", show_lines=False)
+    table = Table(title="delayqueue benchmark", caption=caption or None, show_lines=False)
     for name, justify in (
         ("scenario", "left"), ("measure", "left"), ("value", "right"),
         ("baseline (same run, same Redis)", "left"), ("ratio", "right"),

@@ -8,7 +8,11 @@ from tests.settings import *  # noqa: F403
 CELERY_IMPORTS = ["tests.jobs", "bench.tasks"]
 # Jobs dispatched with no Celery worker consuming them wait in a queue of their own.
 CELERY_TASK_ROUTES = {"bench.tasks.sink": {"queue": "bench-sink"}}
-CELERY_WORKER_PREFETCH_MULTIPLIER = 16
+CELERY_WORKER_PREFETCH_MULTIPLIER = 16  # the worker's --prefetch-multiplier overrides it
+# kombu's Redis ack emulation (bench.env.CeleryConfig; the README's "Tuning the Celery worker")
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "ack_emulation": os.environ.get("BENCH_CELERY_ACK_EMULATION", "0") == "1"
+}
 DELAYQUEUE = {"REDIS_URL": os.environ["REDIS_URL"], "SAFETY_POLL": 5.0}
 if "BENCH_DISPATCH_MODE" in os.environ:  # the send_task baseline of the dispatch scenario
     DELAYQUEUE["DISPATCH_MODE"] = os.environ["BENCH_DISPATCH_MODE"]

@@ -94,8 +94,9 @@ def dispatch(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     ]  # fmt: skip
     e2e, celery = end_to_end_rate(env, sizes.end_to_end)
     figures.append(
-        Figure("dispatch", "end to end: due -> run -> acked (1 delay worker, Celery -c 2)",
-               e2e, "jobs/s", "plain Celery delay(), same worker", celery)
+        Figure("dispatch", "end to end: due -> run -> acked (1 delay worker)",
+               e2e, "jobs/s", "plain Celery delay(), same worker", celery,
+               detail={"jobs": sizes.end_to_end, "celery_worker": env.celery_config.describe()})
     )  # fmt: skip
     return figures
 
@@ -172,7 +173,7 @@ def lateness_at(env: BenchEnv, sizes: Sizes, rate: int) -> list[Figure]:
         "jobs": total,
         "rate": rate,
         "delays_s": sizes.late_delays,
-        "celery_worker": f"-P {env.celery_pool} -c {env.celery_concurrency}",
+        "celery_worker": env.celery_config.describe(),
         "early": sum(1 for v in ours if v < 0),
         "celery_early": sum(1 for v in celery if v < 0),
     }
