@@ -9,6 +9,7 @@ poll. All times come from Redis's clock; the worker only measures durations.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -47,6 +48,9 @@ logger = logging.getLogger("delayqueue.worker")
 
 HEARTBEAT_SECONDS = 5.0
 HEARTBEAT_TTL_SECONDS = 30
+# A queue whose next in-flight deadline is known to lie ahead is reaped at least this often
+# anyway (a belt to the braces: the claim script reports the deadline on every pass).
+REAP_AT_LEAST_EVERY = 1.0
 
 
 @dataclass
@@ -67,7 +71,42 @@ class PassResult:
     claimed: list[Claimed] = field(default_factory=list)
     full: bool = False
     wait_ms: float = 0.0  # from Redis's reply until the next due time or deadline
-    wake_at: float = 0.0  # the same as a time.monotonic()
+    wake_at: float = 0.0  # the next due time or deadline as a time.monotonic()
+
+
+class RedisClock:
+    """Where Redis's clock (the clock of every due time) stands against ``time.monotonic()``,
+    so that the worker wakes when a job is due by Redis's clock, to a fraction of a ms.
+
+    Each claim reply carries Redis's ``now``, floored to the ms and read before the reply
+    arrived: ``now - replied`` is a lower bound of the offset between the two clocks, and the
+    largest bound seen lies within a fraction of a ms of the truth once a few passes have
+    run. Waking at ``point - offset`` is therefore never before ``point``, and about 0.5 ms
+    sooner on average than waking ``point - now`` ms after the reply (which the floor of
+    ``now`` makes up to 1 ms late). The estimate gives up 1 ms per second (far more than any
+    drift between the clocks) and is dropped for the current bound whenever Redis says a
+    point it predicted is not reached yet (Redis's clock was set back): never a busy loop.
+    """
+
+    DRIFT = 0.001  # ms given up per ms elapsed
+
+    def __init__(self) -> None:
+        self.offset_ms: float | None = None  # Redis ms minus monotonic ms, a lower bound
+        self._at = 0.0
+
+    def observe(self, now_ms: int, replied: float) -> None:
+        bound = now_ms - replied * 1000
+        if self.offset_ms is not None:
+            bound = max(bound, self.offset_ms - (replied - self._at) * 1000 * self.DRIFT)
+        self.offset_ms, self._at = bound, replied
+
+    def reset(self, now_ms: int, replied: float) -> None:
+        self.offset_ms, self._at = now_ms - replied * 1000, replied
+
+    def monotonic_at(self, point_ms: int) -> float:
+        """When ``time.monotonic()`` reaches Redis's ``point_ms``, at the earliest."""
+        assert self.offset_ms is not None
+        return (point_ms - self.offset_ms) / 1000
 
 
 class DelayWorker:
@@ -94,6 +133,9 @@ class DelayWorker:
         self._last_heartbeat = 0.0
         self._pubsub: PubSub | None = None
         self._subscribed: set[str] = set()
+        self.clock = RedisClock()
+        # queue -> (its next in-flight deadline as a time.monotonic(), when it was last reaped)
+        self._reap_state: dict[str, tuple[float, float]] = {}
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -140,19 +182,30 @@ class DelayWorker:
     # ---- one pass --------------------------------------------------------------------
 
     def run_pass(self) -> PassResult:
-        """Reap and claim on every queue in one round trip, then dispatch what was claimed."""
+        """Reap and claim on every queue in one round trip, then dispatch what was claimed.
+
+        A queue is reaped when its next in-flight deadline (which the previous claim
+        reported) has come, or at least every REAP_AT_LEAST_EVERY seconds: reaping a queue
+        whose deadlines all lie ahead finds nothing, and at 1,000 due jobs a second the worker
+        passes about that often."""
         scripts = get_scripts()
         config = get_config()
         calls: list[Any] = []
+        reaping: list[bool] = []
+        started = time.monotonic()
         for queue in self.queues:
             keys = queue_keys(queue)
-            calls.append(
-                (
-                    scripts.reap,
-                    [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe],
-                    [self.batch_size, config["MAX_ATTEMPTS"]],
+            deadline, reaped_at = self._reap_state.get(queue, (0.0, 0.0))
+            reap = deadline <= started or started - reaped_at >= REAP_AT_LEAST_EVERY
+            reaping.append(reap)
+            if reap:
+                calls.append(
+                    (
+                        scripts.reap,
+                        [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe],
+                        [self.batch_size, config["MAX_ATTEMPTS"]],
+                    )
                 )
-            )
             calls.append(
                 (
                     scripts.claim,
@@ -173,13 +226,16 @@ class DelayWorker:
                 wait_ms=self.safety_poll * 1000, wake_at=time.monotonic() + self.safety_poll
             )
         with redis_errors():
-            replies = run_pipelined(calls, get_raw_redis())
+            replies = iter(run_pipelined(calls, get_raw_redis()))
         # Redis read ``now`` (floored to the ms) before this: waking ``point - now`` ms after
-        # it is never before ``point``, and the time spent dispatching is not added on top.
+        # it is never before ``point`` (``wait_ms``); ``self.clock`` wakes closer to ``point``.
+        # Either way the time spent dispatching is not added on top.
         replied = time.monotonic()
         result = PassResult(wait_ms=self.safety_poll * 1000)
-        for index, queue in enumerate(self.queues):
-            reaped, claim = replies[2 * index], replies[2 * index + 1]
+        points: list[tuple[int, int]] = []  # (point, Redis's now when it was read)
+        for queue, reap in zip(self.queues, reaping, strict=True):
+            reaped = next(replies) if reap else [0, 0]
+            claim = next(replies)
             for reply in (reaped, claim):
                 if isinstance(reply, Exception):
                     raise DelayQueueError(f"queue {queue}: Redis script error: {reply}")
@@ -191,18 +247,37 @@ class DelayWorker:
                     reaped[1],
                 )
             now, next_due, next_deadline, _paused, jobs = claim
+            now = int(now)
+            self.clock.observe(now, replied)
             result.full = result.full or len(jobs) >= self.batch_size
             for point in (int(next_due), int(next_deadline)):
                 if point >= 0:
-                    result.wait_ms = min(result.wait_ms, max(0, point - int(now)))
+                    result.wait_ms = min(result.wait_ms, max(0, point - now))
+                    points.append((point, now))
+            deadline = int(next_deadline)
+            self._reap_state[queue] = (
+                self.clock.monotonic_at(deadline) if deadline >= 0 else float("inf"),
+                started if reap else self._reap_state[queue][1],
+            )
             for raw in jobs:
                 job = _decode_claimed(queue, raw)
                 if job is not None:
                     result.claimed.append(job)
-        result.wake_at = replied + result.wait_ms / 1000
+        result.wake_at = self._wake_at(points, replied) if points else replied + self.safety_poll
         if result.claimed:
             self.dispatch(result.claimed)
         return result
+
+    def _wake_at(self, points: list[tuple[int, int]], replied: float) -> float:
+        """The monotonic time of the earliest point, by the clock estimate; never a busy loop:
+        a point Redis has not reached though the estimate says it has (Redis's clock was set
+        back) drops the estimate for this pass's bound."""
+        wake_at = min(self.clock.monotonic_at(point) for point, _ in points)
+        if wake_at <= replied and all(point > now for point, now in points):
+            for _, now in points:
+                self.clock.reset(now, replied)
+            wake_at = min(self.clock.monotonic_at(point) for point, _ in points)
+        return min(wake_at, replied + self.safety_poll)
 
     # ---- dispatch --------------------------------------------------------------------
 
@@ -277,20 +352,26 @@ class DelayWorker:
 
     def _sleep(self, seconds: float) -> None:
         """Wait up to ``seconds`` on the wake channels; returns early on a wake message or a
-        stop request (checked every 250 ms)."""
+        stop request (checked every 250 ms).
+
+        A socket wait rounds its timeout up to a whole ms (poll(2)): the channel is waited on
+        for the whole ms that fit, and the last fraction of a ms is slept, deaf to the
+        channel (a job that becomes due meanwhile is claimed at the end of it)."""
         deadline = time.monotonic() + max(0.0, seconds)
         pubsub = self._pubsub
         while not self.stopping:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
+            if remaining < 0.001:
+                time.sleep(remaining)
+                return
             if pubsub is None:
                 time.sleep(min(remaining, 0.25))
                 continue
+            whole_ms = math.floor(min(remaining, 0.25) * 1000) / 1000 - 1e-6
             try:
-                message = pubsub.get_message(
-                    ignore_subscribe_messages=True, timeout=min(remaining, 0.25)
-                )
+                message = pubsub.get_message(ignore_subscribe_messages=True, timeout=whole_ms)
             except (redis.RedisError, OSError) as exc:
                 logger.warning("wake channel lost (%s); sleeping without it", exc)
                 self._pubsub, self._subscribed = None, set()
