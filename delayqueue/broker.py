@@ -160,7 +160,8 @@ class RedisListPublisher:
             published += len(batch)
 
     def _push(self, batch: list[tuple[TaskMessage, _Route]]) -> None:
-        """One MULTI/EXEC: an LPUSH per run of messages bound for the same list."""
+        """One round trip: an LPUSH per run of messages bound for the same list, in a
+        MULTI/EXEC when there are several (one LPUSH of many values is atomic by itself)."""
         try:
             client = self._connect()
             for _, route in batch:
@@ -170,7 +171,7 @@ class RedisListPublisher:
             pushes: list[tuple[str, list[str]]] = []
             for key, run in groupby(batch, key=lambda pair: self._list_key(pair[1])):
                 pushes.append((key, [self.encode(message, route) for message, route in run]))
-            pipe = client.pipeline(transaction=True)
+            pipe = client.pipeline(transaction=len(pushes) > 1)
             for key, payloads in pushes:
                 pipe.lpush(key, *payloads)
             replies = pipe.execute(raise_on_error=False)
