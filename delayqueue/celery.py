@@ -19,6 +19,7 @@ from delayqueue.connection import (
     get_scripts,
     queue_keys,
     redis_errors,
+    run_direct,
 )
 from delayqueue.errors import DelayQueueError, RedisUnavailable, UnknownTask
 
@@ -95,8 +96,12 @@ def run_job(
     keys = queue_keys(queue)
     config = get_config()
     scripts = get_scripts()
+    # begin and ack may run twice with the same arguments (run_direct sends a call again on
+    # a connection Redis dropped while it was idle): the second begin restarts the same
+    # deadline, the second ack finds the job gone.
     with redis_errors():
-        started = scripts.begin(
+        started = run_direct(
+            scripts.begin,
             [keys.job(job_id), keys.inflight],
             [job_id, token, int(config["VISIBILITY_TIMEOUT"] * 1000)],
         )
@@ -111,7 +116,8 @@ def run_job(
         raise
     try:
         with redis_errors():
-            scripts.ack(
+            run_direct(
+                scripts.ack,
                 [
                     keys.job(job_id),
                     keys.inflight,
