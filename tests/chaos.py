@@ -6,9 +6,10 @@ Each scenario starts its own processes:
 - a delayqueue Redis (with AOF where the scenario needs it),
 - a Celery broker Redis (separate, so the broker can be stopped alone),
 - a ledger Redis on which the task records each run (never touched by a fault),
-- a real Celery worker (prefork, 2 processes) and a real delay worker
-  (``manage.py run_delay_worker``, started through ``python -m tests.chaos delay-worker`` so
-  that it knows ``tests.chaos_tasks``).
+- a real Celery worker (prefork, 2 processes; ``python -m tests.chaos celery-worker``, with
+  kombu's Redis ack emulation on, Celery's default, or off where the scenario says) and a
+  real delay worker (``manage.py run_delay_worker``, started through
+  ``python -m tests.chaos delay-worker`` so that it knows ``tests.chaos_tasks``).
 
 The harness process schedules the jobs itself (``delay_many`` with a dedupe key per job,
 retried with the same keys when Redis does not answer) while a fault thread breaks things.
@@ -109,8 +110,15 @@ class Child:
 
 
 class Rig:
-    def __init__(self, *, appendfsync: str | None = None, worker_clock: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        appendfsync: str | None = None,
+        worker_clock: str | None = None,
+        ack_emulation: bool = True,
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="dq-chaos-"))
+        self.ack_emulation = ack_emulation
         self.dq = RedisServer(appendonly=appendfsync is not None, appendfsync=appendfsync or "no")
         self.broker = RedisServer()
         self.ledger_server = RedisServer()
@@ -135,12 +143,13 @@ class Rig:
             DQ_TEST_DIR=str(self.dir),
             DQ_TEST_BROKER_URL=self.broker.url,
             DQ_CHAOS_LEDGER_URL=self.ledger_server.url,
+            DQ_CHAOS_ACK_EMULATION="1" if self.ack_emulation else "0",
         )
         self.env = env
         py = sys.executable
         self.celery = Child(
             "celery worker",
-            [py, "-m", "celery", "-A", "orders_demo", "worker", "-I", "tests.chaos_tasks",
+            [py, "-m", "tests.chaos", "celery-worker", "-I", "tests.chaos_tasks",
              "-l", "info", "-c", "2", "--without-gossip", "--without-mingle",
              "--without-heartbeat", "--prefetch-multiplier", "4"],
             env,
@@ -274,11 +283,21 @@ class Scenario:
     worker_clock: str | None = None
     work_ms: int = 0  # task work, so kills land mid-task
     rate: float = 250.0  # jobs scheduled per second
+    ack_emulation: bool = True  # kombu's Redis ack emulation in the Celery worker
 
 
 SCENARIOS = [
     Scenario("delay worker SIGKILL", kill_delay_worker),
     Scenario("Celery worker SIGKILL", kill_celery_worker, work_ms=40, rate=120),
+    # The README's recommended Celery configuration for delayqueue's tasks: a message the
+    # killed worker had taken off the broker is gone, and only delayqueue brings the job back.
+    Scenario(
+        "Celery worker SIGKILL, ack emulation off",
+        kill_celery_worker,
+        work_ms=40,
+        rate=120,
+        ack_emulation=False,
+    ),
     Scenario("broker down", broker_outage),
     Scenario("Redis restart, AOF always", redis_restart, appendfsync="always"),
     Scenario("Redis restart, AOF everysec", redis_restart, appendfsync="everysec"),
@@ -303,6 +322,7 @@ class Accounting:
     late_max_ms: float = 0.0
     enqueue_retries: int = 0
     worker_clock_offset_s: float = 0.0  # measured at its start (about 0 without faketime)
+    broker_unacked_keys: int = 0  # kombu's ack emulation keys on the broker (none when off)
     faults: str = ""
     seconds: float = 0.0
     lost_tags: list[str] = field(default_factory=list)
@@ -428,7 +448,11 @@ def run_scenario(
 ) -> Accounting:
     """Run one scenario: schedule jobs for ``seconds`` while the fault runs, then account."""
     started = time.monotonic()
-    with Rig(appendfsync=scenario.appendfsync, worker_clock=scenario.worker_clock) as rig:
+    with Rig(
+        appendfsync=scenario.appendfsync,
+        worker_clock=scenario.worker_clock,
+        ack_emulation=scenario.ack_emulation,
+    ) as rig:
         offset = worker_clock_offset(rig)
         stop = threading.Event()
         outcome: list[str] = []
@@ -448,6 +472,8 @@ def run_scenario(
         if not rig.delay or not rig.delay.alive():
             raise RuntimeError(f"delay worker is down after the faults\n{rig.logs()}")
         result = account(rig, scenario.name, acknowledged, settle)
+        with suppress(redis.RedisError):
+            result.broker_unacked_keys = int(rig.broker.client().exists("unacked", "unacked_index"))
         result.enqueue_retries = retries
         result.worker_clock_offset_s = offset
         result.faults = outcome[0] if outcome else "fault thread did not finish"
@@ -506,10 +532,25 @@ def delay_worker_main(argv: list[str]) -> None:
     call_command("run_delay_worker", *argv)
 
 
+def celery_worker_main(argv: list[str]) -> None:
+    """``celery -A orders_demo worker ...`` with kombu's Redis ack emulation as
+    DQ_CHAOS_ACK_EMULATION says ("0": off; on otherwise, Celery's default)."""
+    _setup_django()
+    from orders_demo.celery import app
+
+    if os.environ.get("DQ_CHAOS_ACK_EMULATION", "1") == "0":
+        options = dict(app.conf.broker_transport_options or {})
+        app.conf.broker_transport_options = {**options, "ack_emulation": False}
+    app.worker_main(["worker", *argv])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["delay-worker"]:
         delay_worker_main(argv[1:])
+        return 0
+    if argv[:1] == ["celery-worker"]:
+        celery_worker_main(argv[1:])
         return 0
     parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
     parser.add_argument("--soak", action="store_true", help="the long form (minutes)")
