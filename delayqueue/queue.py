@@ -28,7 +28,7 @@ from delayqueue.connection import (
 )
 from delayqueue.errors import DelayQueueError, InvalidJobId, UnknownTask
 from delayqueue.keys import check_job_id, check_queue_name, new_job_id
-from delayqueue.packing import pack, unpack
+from delayqueue.packing import job_fields, pack
 from delayqueue.payload import encode_args
 from delayqueue.schedule import Mode, to_due
 
@@ -323,10 +323,11 @@ def reschedule(
         )
         if int(due) < 0:
             return None
-        client = get_redis()
-        packed = client.hget(keys.specs, found_id)
-        fields = (unpack(str(packed)) or {}) if packed else {}
-        name = fields.get("task") or client.hget(keys.job(found_id), "task") or ""
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.hget(keys.job(found_id), "task")
+        pipe.hget(keys.specs, found_id)
+        in_hash, spec = pipe.execute()
+        name = job_fields({"task": in_hash} if in_hash else {}, spec).get("task", "")
     return Job(
         id=found_id,
         queue=queue,

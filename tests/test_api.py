@@ -14,7 +14,13 @@ from django.utils import timezone
 
 import delayqueue
 from delayqueue import connection
-from delayqueue.connection import queue_keys, redis_now_ms
+from delayqueue.connection import (
+    STATS_TTL_SECONDS,
+    current_minute,
+    get_scripts,
+    queue_keys,
+    redis_now_ms,
+)
 from orders_demo.models import Product
 from tests import jobs
 from tests.stored import stored_job
@@ -224,3 +230,23 @@ def test_changed_settings_apply_to_the_next_job(r: redis.Redis) -> None:
     assert (first.queue, second.queue) == ("default", "other")
     assert stored(r, first, "default")["max"] == "5" and stored(r, second, "other")["max"] == "7"
     assert third.queue == "tests" and stored(r, third)["max"] == "3"  # the task's own win
+
+
+def test_reschedule_names_the_task_of_a_job_back_from_a_failed_attempt(r: redis.Redis) -> None:
+    """Such a job's spec is in its hash (claim unpacked it), not in the specs hash."""
+    job = jobs.record.delay_for("a", seconds=0, on_commit=False)
+    k = queue_keys("tests")
+    claimed = get_scripts().claim(
+        [k.scheduled, k.inflight, k.job_prefix, k.paused, k.stats(current_minute()), k.dead,
+         k.specs],
+        [10, 60_000, STATS_TTL_SECONDS],
+    )[4]  # fmt: skip
+    token = str(claimed[0][1])
+    outcome = get_scripts().fail(
+        [k.job(job.id), k.inflight, k.scheduled, k.dead, k.dedupe, k.stats(current_minute()),
+         k.job_prefix],
+        [job.id, token, 60_000, "ValueError: x", "tb", 5, 100, STATS_TTL_SECONDS, k.wake],
+    )  # fmt: skip
+    assert outcome == "retry" and not r.hexists(k.specs, job.id)
+    moved = jobs.record.reschedule(job.id, seconds=5)
+    assert moved is not None and moved.task == "tests.jobs.record"
