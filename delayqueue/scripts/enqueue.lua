@@ -12,6 +12,7 @@
 -- ARGV[3..] per job, 6 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
 --           packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
+-- #include _spec.lua
 local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
   if not now then
@@ -39,7 +40,7 @@ local function enqueue(id, mode, ms, key, conflict, spec)
         if conflict == 'keep' then return {existing, score, 'kept', 'scheduled'} end
         -- The new spec replaces the old one wherever it was (a job back from a failed
         -- attempt has it in its hash, beside the attempts and history it keeps).
-        redis.call('HDEL', KEYS[4] .. existing, 'task', 'args', 'kwargs', 'max', 'vt', 'key')
+        redis.call('HDEL', KEYS[4] .. existing, unpack(SPEC_FIELDS))
         redis.call('HSET', KEYS[5], existing, spec)
         redis.call('ZADD', KEYS[1], due, existing)
         wrote(existing, due)
