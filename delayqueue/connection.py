@@ -98,23 +98,26 @@ def run_pipelined(
     calls: list[tuple[Script, list[str], list[Any]]], client: Redis | None = None
 ) -> list[Any]:
     """Run many script calls in one round trip (EVALSHA), loading a script only when Redis
-    has lost it (restart, SCRIPT FLUSH). Errors of single calls come back as exceptions."""
+    has lost it (restart, SCRIPT FLUSH). Errors of single calls come back as exceptions.
+
+    Only the calls Redis refused for a missing script are sent again: the others already
+    ran, and running them twice would lose their replies (a claim's jobs, say)."""
     client = client or get_redis()
-    for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        for script, keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        replies = pipe.execute(raise_on_error=False)
-        missing = {
-            script.sha: script
-            for (script, _, _), reply in zip(calls, replies, strict=True)
-            if isinstance(reply, NoScriptError)
-        }
-        if not missing or attempt:
-            return replies
-        for script in missing.values():
+    replies = _execute(client, calls)
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:
+        for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
             client.script_load(script.script)
+        for i, reply in zip(missing, _execute(client, [calls[i] for i in missing]), strict=True):
+            replies[i] = reply
     return replies
+
+
+def _execute(client: Redis, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for script, keys, args in calls:
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+    return pipe.execute(raise_on_error=False)
 
 
 class DirectConnections:

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from delayqueue.connection import current_minute, queue_keys
+from delayqueue.connection import current_minute, get_scripts, queue_keys
 from delayqueue.worker import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, parked_broker_url
@@ -42,6 +42,20 @@ def test_pass_claims_due_jobs_and_publishes_them_to_celery(r: redis.Redis, parke
     # it will sleep until the later job is due, not a fixed poll
     assert 25_000 < result.wait_ms <= 30_000
     assert r.zscore(Q.scheduled, later.id) is not None
+
+
+def test_a_pass_after_redis_lost_only_some_scripts_keeps_what_it_claimed(
+    r: redis.Redis, parked: Celery
+) -> None:
+    """Redis knows the claim script but not the reap script (another process loaded only
+    one since a restart): the claim must not run twice, or its jobs would be lost to this
+    pass and sit in flight until their visibility deadline."""
+    due = jobs.record.delay_for("now", seconds=0, on_commit=False)
+    r.script_flush()
+    r.script_load(get_scripts().claim.script)
+    result = DelayWorker(["tests"], celery_app=parked).run_pass()
+    assert [job.id for job in result.claimed] == [due.id]
+    assert broker().llen(BROKER_QUEUE) == 1
 
 
 def test_pass_wakes_for_the_next_inflight_deadline(r: redis.Redis) -> None:
