@@ -22,6 +22,7 @@ from delayqueue.connection import (
     run_direct,
 )
 from delayqueue.errors import DelayQueueError, RedisUnavailable, UnknownTask
+from delayqueue.validators import BACKOFF_MAX_SECONDS
 
 logger = logging.getLogger("delayqueue")
 
@@ -61,7 +62,15 @@ def backoff_ms(attempt: int, backoff: Backoff | None) -> int:
     """Delay before the next attempt: exponential from BACKOFF_BASE, capped, with jitter."""
     config = get_config()
     if callable(backoff):
-        return max(0, int(backoff(attempt) * 1000))
+        try:
+            seconds = float(backoff(attempt))
+        except Exception:
+            logger.exception("backoff(%s) raised; using the default backoff", attempt)
+            return backoff_ms(attempt, None)
+        if not 0 <= seconds <= BACKOFF_MAX_SECONDS:  # nan, inf, negative, absurd
+            logger.error("backoff(%s) gave %r seconds; using the default backoff", attempt, seconds)
+            return backoff_ms(attempt, None)
+        return int(seconds * 1000)
     base = float(backoff if backoff is not None else config["BACKOFF_BASE"])
     seconds = min(float(config["BACKOFF_MAX"]), base * 2 ** max(0, attempt - 1))
     jitter = float(config["BACKOFF_JITTER"])
@@ -138,8 +147,12 @@ def _record_failure(
     keys: Any, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
 ) -> None:
     config = get_config()
-    error = f"{type(exc).__qualname__}: {exc}"[:2000]
-    trace = "".join(traceback.format_exception(exc))[-20000:]
+    error = utf8_safe(f"{type(exc).__qualname__}: {_message(exc)}"[:2000])
+    try:
+        trace = "".join(traceback.format_exception(exc))[-20000:]
+    except Exception:  # an exception whose __str__ raises
+        trace = error
+    trace = utf8_safe(trace)
     try:
         with redis_errors():
             outcome = get_scripts().fail(
@@ -168,3 +181,21 @@ def _record_failure(
         logger.exception("job %s failed and the failure could not be recorded", job_id)
         return
     logger.warning("job %s attempt %s failed (%s): %s", job_id, attempt, outcome, error)
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or a note when the exception cannot even say what it is."""
+    try:
+        return str(exc)
+    except Exception as inner:
+        return f"<str() of the exception raised {type(inner).__qualname__}>"
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with anything UTF-8 cannot hold (lone surrogates) escaped as ``\\udXXX``:
+    Redis stores UTF-8, and a failure record must not be lost to one bad character."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text

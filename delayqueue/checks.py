@@ -8,6 +8,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS
+from delayqueue.errors import InvalidOption
+from delayqueue.validators import SETTING_VALIDATORS
 
 
 @register()
@@ -41,21 +43,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="delayqueue.E003",
             )
         )
-    for name in (
-        "BATCH_SIZE",
-        "VISIBILITY_TIMEOUT",
-        "MAX_ATTEMPTS",
-        "MAX_DELAY",
-        "MAX_PAYLOAD_BYTES",
-        "SAFETY_POLL",
-        "SOCKET_TIMEOUT",
-        "DEAD_MAX",
-    ):
-        value = config[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    for name, validate in SETTING_VALIDATORS.items():
+        try:
+            validate(config[name])
+        except InvalidOption as exc:
             messages.append(
                 Error(
-                    f"DELAYQUEUE['{name}'] must be a positive number, not {value!r}.",
+                    f"DELAYQUEUE['{name}']: {exc}.",
                     hint=f"The default is {DEFAULTS[name]!r}.",
                     id="delayqueue.E004",
                 )

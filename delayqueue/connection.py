@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -15,7 +16,16 @@ from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
 from delayqueue.conf import get_config
-from delayqueue.errors import RedisUnavailable
+from delayqueue.errors import (
+    DelayQueueError,
+    RedisError,
+    RedisLoading,
+    RedisMisconfigured,
+    RedisOutOfMemory,
+    RedisPermissionDenied,
+    RedisReadOnly,
+    RedisUnavailable,
+)
 from delayqueue.keys import GlobalKeys, QueueKeys
 from delayqueue.scripts import Scripts
 
@@ -207,18 +217,16 @@ def current_minute() -> int:
 
 
 class _RedisErrors:
-    """``with redis_errors():`` turns redis-py's connection and timeout errors into
-    RedisUnavailable. (A class, not @contextmanager: it wraps every call to Redis.)"""
+    """``with redis_errors():`` turns redis-py's errors into delayqueue's: connection and
+    timeout errors into RedisUnavailable, error replies into RedisError subclasses (see
+    ``translate``). (A class, not @contextmanager: it wraps every call to Redis.)"""
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
-        if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-            raise RedisUnavailable(
-                f"Redis at {_safe_url()} did not answer ({exc}); nothing was changed if the "
-                "call raised before Redis replied, and retrying is safe"
-            ) from exc
+        if isinstance(exc, redis.RedisError):
+            raise translate(exc) from exc
 
 
 _REDIS_ERRORS = _RedisErrors()
@@ -228,9 +236,58 @@ def redis_errors() -> _RedisErrors:
     return _REDIS_ERRORS
 
 
-def _safe_url() -> str:
-    url: str = get_config()["REDIS_URL"]
-    if "@" in url:
-        scheme, _, rest = url.partition("://")
-        url = f"{scheme}://***@{rest.rpartition('@')[2]}"
-    return url
+# Error reply prefixes an operator can act on, and what delayqueue raises for each.
+_REPLY_ERRORS: dict[str, type[DelayQueueError]] = {
+    "OOM": RedisOutOfMemory,
+    "READONLY": RedisReadOnly,
+    "NOPERM": RedisPermissionDenied,
+    "MISCONF": RedisMisconfigured,
+    "LOADING": RedisLoading,
+}
+
+
+def translate(exc: BaseException) -> DelayQueueError:
+    """The DelayQueueError for an error redis-py raised or a pipeline returned."""
+    if isinstance(exc, DelayQueueError):
+        return exc
+    text = str(exc)
+    # A script's error reply starts with the script's own words; the code is the first word
+    # of redis's reply (redis-py strips it for the classes it knows).
+    for code, error in _REPLY_ERRORS.items():
+        if text.startswith(code) or isinstance(exc, _KNOWN.get(code, ())):
+            return error(f"Redis at {safe_url()} refused the command ({code}): {text}")
+    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
+        return RedisPermissionDenied(f"Redis at {safe_url()} refused the credentials: {text}")
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
+        return RedisUnavailable(
+            f"Redis at {safe_url()} did not answer ({text}); nothing was changed if the "
+            "call raised before Redis replied, and retrying is safe"
+        )
+    return RedisError(f"Redis at {safe_url()} answered with an error: {text}")
+
+
+_KNOWN: dict[str, type[BaseException] | tuple[type[BaseException], ...]] = {
+    "OOM": redis.exceptions.OutOfMemoryError,
+    "READONLY": redis.exceptions.ReadOnlyError,
+    "NOPERM": redis.exceptions.NoPermissionError,
+    "LOADING": redis.exceptions.BusyLoadingError,
+}
+
+# Query parameters whose value is a secret, in any URL form redis-py or kombu takes.
+_SECRET_PARAMS = re.compile(
+    r"((?:^|[?&;])(?:password|passwd|pass|pwd|secret|token|auth|username|user|"
+    r"ssl_keyfile_password|sentinel_password)=)[^&;#]*",
+    re.IGNORECASE,
+)
+_USERINFO = re.compile(r"(://)[^/;?#]*@")  # greedy: a password may hold a raw "@"
+
+
+def redact_url(url: object) -> str:
+    """A Redis URL fit to show: userinfo and secret query parameters replaced by ``***``,
+    in every host of a sentinel URL (``sentinel://:pw@h1;sentinel://:pw@h2``)."""
+    text = _USERINFO.sub(r"\1***@", str(url))
+    return _SECRET_PARAMS.sub(r"\1***", text)
+
+
+def safe_url() -> str:
+    return redact_url(get_config()["REDIS_URL"])

@@ -10,9 +10,9 @@ from celery import Task, shared_task
 
 from delayqueue import queue as client
 from delayqueue.celery import Backoff, dispatch_headers, run_job
-from delayqueue.errors import DelayQueueError
 from delayqueue.keys import check_queue_name
 from delayqueue.schedule import delay_seconds
+from delayqueue.validators import check_backoff, check_max_attempts, check_visibility_timeout
 
 
 class DelayedTask(Task[Any, Any]):
@@ -85,7 +85,7 @@ class DelayedTask(Task[Any, Any]):
         """Schedule one job per args tuple in ``calls``, all with the same delay, in one
         round trip."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        specs = client.spec_many(self, (tuple(args) for args in calls), delay=delay)
+        specs = client.spec_many(self, calls, delay=delay)
         return client.delay_many(specs, on_commit=on_commit)
 
     def cancel(self, job_id: str | None = None, *, key: str | None = None) -> bool:
@@ -146,12 +146,11 @@ def delayed_task(
     """
     if queue is not None:
         check_queue_name(queue)
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise DelayQueueError(f"max_attempts must be a positive int, not {max_attempts!r}")
-    if visibility_timeout is not None and not visibility_timeout > 0:
-        raise DelayQueueError(f"visibility_timeout must be positive, not {visibility_timeout!r}")
+    if max_attempts is not None:
+        check_max_attempts(max_attempts)
+    if visibility_timeout is not None:
+        check_visibility_timeout(visibility_timeout)
+    check_backoff(backoff)
 
     def wrap(function: Callable[..., Any]) -> DelayedTask:
         task: DelayedTask = shared_task(

@@ -37,3 +37,38 @@ class RedisUnavailable(DelayQueueError, ConnectionError):
 
 class CorruptJob(DelayQueueError):
     """A job found in Redis whose data is not what delayqueue writes."""
+
+
+class InvalidKey(DelayQueueError, ValueError):
+    """A dedupe key that is not a non-empty str of valid Unicode, at most 200 characters."""
+
+
+class InvalidOption(DelayQueueError, ValueError):
+    """A task or call option (max_attempts, visibility_timeout, backoff, on_conflict, ...) that
+    is of the wrong type or outside its bounds."""
+
+
+class RedisError(DelayQueueError):
+    """Redis answered with an error reply. The subclasses name the ones an operator can act
+    on; this class itself is any other (a script refusing data, WRONGTYPE, ...)."""
+
+
+class RedisOutOfMemory(RedisError):
+    """Redis refused a write: ``maxmemory`` reached (OOM). Nothing was written."""
+
+
+class RedisReadOnly(RedisError):
+    """Redis refused a write: it is a read-only replica (READONLY), e.g. during a failover."""
+
+
+class RedisPermissionDenied(RedisError):
+    """The Redis user may not run this command or touch this key (NOPERM): see the ACL in
+    docs/redis-acl.md."""
+
+
+class RedisMisconfigured(RedisError):
+    """Redis refused a write because it cannot persist (MISCONF: a failed RDB/AOF write)."""
+
+
+class RedisLoading(RedisUnavailable):
+    """Redis is loading its dataset into memory (LOADING). Retrying later is safe."""

@@ -19,56 +19,68 @@ _PLAIN_SEQUENCES = frozenset((list, tuple))
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
+# Lists and dicts nested deeper than this are refused at the call: every JSON parser on the
+# way (the delay worker's, the Celery worker's kombu) recurses per level, and its stack is
+# deeper than the caller's, so the limit must hold whatever the caller's stack depth.
+MAX_NESTING = 64
+
+
 def _check(value: Any, path: str) -> None:
-    if isinstance(value, _SCALARS):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise NotSerializable(f"{path} is {value!r}, which JSON cannot hold")
-        return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _check(item, f"{path}[{i}]")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise NotSerializable(
-                    f"{path} has the key {key!r} ({type(key).__name__}); JSON keys must be str"
-                )
-            _check(item, f"{path}[{key!r}]")
-        return
-    raise NotSerializable(
-        f"{path} is a {type(value).__module__}.{type(value).__qualname__}, which is not JSON; "
-        "pass ids and plain values (str, int, float, bool, None, list, dict), not objects"
-    )
+    """Raise NotSerializable unless ``value`` is plain JSON nested at most MAX_NESTING deep.
+    Iterative: its result does not depend on the caller's stack depth."""
+    pending: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while pending:
+        item, where, depth = pending.pop()
+        if isinstance(item, _SCALARS):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise NotSerializable(f"{where} is {item!r}, which JSON cannot hold")
+            continue
+        if not isinstance(item, list | tuple | dict):
+            raise NotSerializable(
+                f"{where} is a {type(item).__module__}.{type(item).__qualname__}, which is not "
+                "JSON; pass ids and plain values (str, int, float, bool, None, list, dict), "
+                "not objects"
+            )
+        if depth >= MAX_NESTING:
+            raise NotSerializable(
+                f"{where} is nested more than {MAX_NESTING} lists or dicts deep (or contains "
+                "itself); pass flatter data, or store it elsewhere and pass its id"
+            )
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise NotSerializable(
+                        f"{where} has the key {key!r} ({type(key).__name__}); JSON keys must be str"
+                    )
+                pending.append((child, f"{where}[{key!r}]", depth + 1))
+        else:
+            pending.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
 
 
 def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> tuple[str, str]:
     """JSON of args and kwargs ("" for no kwargs), or NotSerializable / PayloadTooLarge."""
     if type(args) in _PLAIN_SEQUENCES and not kwargs and all(type(a) in _FLAT for a in args):
-        pass  # the common case, a few ids: nothing in it can fail to be JSON
+        pass  # the common case, a few ids: only a huge int or a lone surrogate can fail
     else:
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise NotSerializable(f"args must be a list or tuple, not {type(args).__name__}")
         if not isinstance(kwargs, Mapping):
             raise NotSerializable(f"kwargs must be a dict, not {type(kwargs).__name__}")
-        try:
-            _check(list(args), "args")
-            _check(dict(kwargs), "kwargs")
-        except RecursionError:
-            raise NotSerializable(
-                "arguments are nested too deeply for JSON, or a list or dict contains itself"
-            ) from None
-    args_json = _ENCODER.encode(list(args))
-    kwargs_json = _ENCODER.encode(dict(kwargs)) if kwargs else ""
+        _check(list(args), "args")
+        _check(dict(kwargs), "kwargs")
     try:
+        args_json = _ENCODER.encode(list(args))
+        kwargs_json = _ENCODER.encode(dict(kwargs)) if kwargs else ""
         size = len(args_json.encode()) + len(kwargs_json.encode())
     except UnicodeEncodeError as exc:
         raise NotSerializable(
             "arguments hold a str that is not valid Unicode (lone surrogate "
             f"{exc.object[exc.start : exc.end]!r}); JSON in Redis is UTF-8"
         ) from None
+    except (ValueError, TypeError, RecursionError) as exc:  # an int of over 4,300 digits, ...
+        raise NotSerializable(f"arguments cannot be written as JSON: {exc}") from None
     if size > max_bytes:
         raise PayloadTooLarge(
             f"arguments are {size} bytes of JSON, more than MAX_PAYLOAD_BYTES={max_bytes}; "
@@ -82,8 +94,13 @@ def decode_args(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[str, 
     try:
         args = json.loads(args_json)
         kwargs = json.loads(kwargs_json) if kwargs_json else {}
-    except (TypeError, ValueError) as exc:
-        raise CorruptJob(f"arguments are not valid JSON: {exc}") from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise CorruptJob(f"arguments are not valid JSON: {exc}") from None
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise CorruptJob("arguments are not a JSON list and object")
+    try:
+        _check(args, "args")
+        _check(kwargs, "kwargs")
+    except NotSerializable as exc:  # JSON delayqueue would not have written: nan, too deep
+        raise CorruptJob(f"arguments are not what delayqueue writes: {exc}") from None
     return args, kwargs

@@ -6,7 +6,6 @@ leaves nothing behind. Writes wait for the surrounding transaction to commit (``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,12 +24,19 @@ from delayqueue.connection import (
     remember_queue,
     run_direct,
     run_pipelined,
+    translate,
 )
-from delayqueue.errors import DelayQueueError, InvalidJobId, UnknownTask
+from delayqueue.errors import InvalidJobId, NotSerializable, UnknownTask
 from delayqueue.keys import check_job_id, check_queue_name, new_job_id
 from delayqueue.packing import job_fields, pack
 from delayqueue.payload import encode_args
 from delayqueue.schedule import Mode, to_due
+from delayqueue.validators import (
+    check_key,
+    check_max_attempts,
+    check_on_conflict,
+    check_visibility_timeout,
+)
 
 OnConflict = Literal["keep", "replace"]
 State = Literal["pending", "scheduled", "inflight"]
@@ -85,10 +91,9 @@ def spec(
     target = _target(task, queue, max_attempts, visibility_timeout, config)
     mode, ms = to_due(delay, eta)
     args_json, kwargs_json = encode_args(args, kwargs or {}, config["MAX_PAYLOAD_BYTES"])
-    if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
-        raise DelayQueueError(f"key must be a non-empty str of at most 200 characters, not {key!r}")
-    if on_conflict not in ("keep", "replace"):
-        raise DelayQueueError(f"on_conflict must be 'keep' or 'replace', not {on_conflict!r}")
+    if key is not None:
+        check_key(key)
+    check_on_conflict(on_conflict)
     packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "")
     job = Job(id=new_job_id(), queue=target.queue, task=target.name, key=key)
     return JobSpec(job=job, mode=mode, ms=ms, on_conflict=on_conflict, packed=packed)
@@ -146,21 +151,13 @@ def _check_target(
         queue or getattr(task_obj, "dq_queue", None) or config["DEFAULT_QUEUE"]
     )
     # `is not None`, not `or`: an explicit 0 is an error, not "use the default".
-    attempts = _first_given(
-        max_attempts, getattr(task_obj, "dq_max_attempts", None), config["MAX_ATTEMPTS"]
+    attempts = check_max_attempts(
+        _first_given(
+            max_attempts, getattr(task_obj, "dq_max_attempts", None), config["MAX_ATTEMPTS"]
+        )
     )
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise DelayQueueError(f"max_attempts must be a positive int, not {attempts!r}")
     timeout = _first_given(visibility_timeout, getattr(task_obj, "dq_visibility_timeout", None))
-    vt = ""
-    if timeout is not None:
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 < timeout < math.inf
-        ):
-            raise DelayQueueError(f"visibility_timeout must be positive seconds, not {timeout!r}")
-        vt = str(int(timeout * 1000))
+    vt = "" if timeout is None else str(round(check_visibility_timeout(timeout) * 1000))
     return _Target(task, config, name, queue, str(attempts), vt)
 
 
@@ -184,15 +181,32 @@ def spec_many(
     first_args = next(rest, _NONE)
     if first_args is _NONE:
         return []
-    first = spec(task, first_args, delay=delay, eta=eta)
+    first = spec(task, _positional(first_args, 0), delay=delay, eta=eta)
     head, _, tail = first.packed.split("\n", 2)  # task name, args, the rest
     max_bytes = int(get_config()["MAX_PAYLOAD_BYTES"])
     specs = [first]
-    for args in rest:
+    for index, args in enumerate(rest, 1):
+        _positional(args, index)
         packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
         job = Job(id=new_job_id(), queue=first.job.queue, task=first.job.task)
         specs.append(JobSpec(job, first.mode, first.ms, "keep", packed))
     return specs
+
+
+def _positional(args: Any, index: int) -> Sequence[Any]:
+    """One call of ``spec_many``: a list or tuple of positional arguments."""
+    if not isinstance(args, list | tuple):
+        hint = (
+            "; for keyword arguments use delayqueue.spec(task, kwargs={...}) per job with "
+            "delayqueue.delay_many()"
+            if isinstance(args, Mapping)
+            else ""
+        )
+        raise NotSerializable(
+            f"call {index} is a {type(args).__name__}, not a list or tuple of positional "
+            f"arguments{hint}"
+        )
+    return args
 
 
 def _apply_reply(job: Job, reply: list[Any]) -> None:
@@ -225,7 +239,7 @@ def _write(specs: list[JobSpec]) -> None:
         replies = run_pipelined([(scripts.enqueue, *_enqueue_args(c)) for c in chunks])
     for chunk, reply in zip(chunks, replies, strict=True):
         if isinstance(reply, Exception):
-            raise reply
+            raise translate(reply)
         for s, one in zip(chunk, reply, strict=True):
             _apply_reply(s.job, one)
 
@@ -343,6 +357,4 @@ def _id_or_key(job_id: str | None, key: str | None) -> tuple[str, str]:
         raise InvalidJobId("give either a job id or key=, not both and not neither")
     if job_id is not None:
         return check_job_id(job_id), ""
-    if not isinstance(key, str) or not key:
-        raise DelayQueueError(f"key must be a non-empty str, not {key!r}")
-    return "", key
+    return "", check_key(key)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from delayqueue.conf import get_config
@@ -54,14 +54,27 @@ def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode,
     if eta is not None:
         if not isinstance(eta, datetime):
             raise InvalidDelay(f"eta must be a datetime, not {type(eta).__name__}")
-        if eta.tzinfo is None or eta.utcoffset() is None:
+        try:
+            naive = eta.tzinfo is None or eta.utcoffset() is None
+        except Exception as exc:  # a tzinfo whose utcoffset() raises or returns nonsense
+            raise InvalidDelay(
+                f"eta's time zone {eta.tzinfo!r} has no valid offset: {exc}"
+            ) from None
+        if naive:
             raise InvalidDelay(
                 f"eta {eta.isoformat()} is naive; pass an aware datetime "
                 "(django.utils.timezone.now() + timedelta(...))"
             )
-        ahead = eta.timestamp() - datetime.now(tz=eta.tzinfo).timestamp()
+        # Aware subtraction works on ordinals: no timestamp() of a date near year 1 or 9999,
+        # which overflows once the offset is applied.
+        ahead = (eta - datetime.now(tz=UTC)).total_seconds()
         if ahead > max_delay:
             raise InvalidDelay(f"eta is {ahead:.0f} s away, more than MAX_DELAY={max_delay:.0f} s")
+        if ahead < -max_delay:
+            raise InvalidDelay(
+                f"eta is {-ahead:.0f} s in the past, more than MAX_DELAY={max_delay:.0f} s; "
+                "a job due that long ago is a mistake (an eta in the recent past runs at once)"
+            )
         return "at", math.floor(eta.timestamp() * 1000)
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()

@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from types import FrameType
@@ -24,7 +25,7 @@ from redis.client import PubSub
 from ulid import ULID
 
 from delayqueue.broker import PublishError, TaskMessage, publisher_for
-from delayqueue.celery import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, get_celery_app
+from delayqueue.celery import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, get_celery_app, utf8_safe
 from delayqueue.conf import get_config
 from delayqueue.connection import (
     STATS_TTL_SECONDS,
@@ -37,12 +38,14 @@ from delayqueue.connection import (
     redis_errors,
     redis_now_ms,
     run_pipelined,
+    translate,
 )
 from delayqueue.decorator import DelayedTask
 from delayqueue.errors import CorruptJob, DelayQueueError, RedisUnavailable
 from delayqueue.keys import check_queue_name
 from delayqueue.payload import decode_args
 from delayqueue.tasks import RUN_TASK
+from delayqueue.validators import check_batch_size, check_visibility_timeout
 
 logger = logging.getLogger("delayqueue.worker")
 
@@ -121,8 +124,13 @@ class DelayWorker:
         config = get_config()
         self.fixed_queues = [check_queue_name(q) for q in queues] if queues else None
         self.queues: list[str] = list(self.fixed_queues or [])
-        self.batch_size = int(batch_size or config["BATCH_SIZE"])
-        self.visibility_ms = int(float(visibility_timeout or config["VISIBILITY_TIMEOUT"]) * 1000)
+        self.batch_size = check_batch_size(
+            batch_size if batch_size is not None else config["BATCH_SIZE"]
+        )
+        timeout = (
+            visibility_timeout if visibility_timeout is not None else config["VISIBILITY_TIMEOUT"]
+        )
+        self.visibility_ms = round(check_visibility_timeout(timeout) * 1000)
         self.safety_poll = float(config["SAFETY_POLL"])
         self.app = celery_app or get_celery_app()
         self.publisher = publisher_for(self.app)
@@ -150,8 +158,12 @@ class DelayWorker:
                 self._heartbeat()
                 try:
                     result = self.run_pass()
-                except DelayQueueError as exc:  # Redis down, or a script refused bad data
+                except DelayQueueError as exc:  # Redis down, or refusing writes
                     logger.error("%s; retrying in 1 s", exc)
+                    self._sleep(1.0)
+                    continue
+                except Exception:  # a bug must not stop the worker: what it claimed is reaped
+                    logger.exception("delay worker pass failed; retrying in 1 s")
                     self._sleep(1.0)
                     continue
                 if once:
@@ -236,9 +248,12 @@ class DelayWorker:
         for queue, reap in zip(self.queues, reaping, strict=True):
             reaped = next(replies) if reap else [0, 0]
             claim = next(replies)
-            for reply in (reaped, claim):
-                if isinstance(reply, Exception):
-                    raise DelayQueueError(f"queue {queue}: Redis script error: {reply}")
+            failed = [reply for reply in (reaped, claim) if isinstance(reply, Exception)]
+            if failed:
+                # One queue's error (a key of the wrong type, a script refusing its data)
+                # is that queue's problem: the other queues' claims stand and are dispatched.
+                self._queue_failed(queue, translate(failed[0]), started)
+                continue
             if reaped[0] or reaped[1]:
                 logger.warning(
                     "queue %s: %s in-flight jobs timed out and were rescheduled, %s moved to dead",
@@ -268,6 +283,12 @@ class DelayWorker:
             self.dispatch(result.claimed)
         return result
 
+    def _queue_failed(self, queue: str, exc: DelayQueueError, started: float) -> None:
+        if isinstance(exc, RedisUnavailable):
+            raise exc
+        logger.error("queue %s: %s; trying it again on the next pass", queue, exc)
+        self._reap_state[queue] = (started + REAP_AT_LEAST_EVERY, started)
+
     def _wake_at(self, points: list[tuple[int, int]], replied: float) -> float:
         """The monotonic time of the earliest point, by the clock estimate; never a busy loop:
         a point Redis has not reached though the estimate says it has (Redis's clock was set
@@ -288,33 +309,51 @@ class DelayWorker:
         messages: list[TaskMessage] = []
         for job in jobs:
             try:
-                args, kwargs = decode_args(job.args_json, job.kwargs_json)
+                message = self._message(job)
             except CorruptJob as exc:
                 self._bury(job, f"corrupt job data: {exc}")
                 continue
-            target = self.app.tasks.get(job.task)
-            if target is None:
-                self._bury(job, f"unknown task {job.task!r}: no Celery task has this name")
+            except Exception as exc:  # whatever one job's data does, it is that job's problem
+                self._bury(job, f"cannot build its Celery message: {_describe(exc)}")
                 continue
-            headers = {HEADER_QUEUE: job.queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
-            if isinstance(target, DelayedTask):
-                messages.append(TaskMessage(job.task, args, kwargs, headers, job.task))
-            else:
-                messages.append(
-                    TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
-                )
+            messages.append(message)
             sendable.append(job)
-        if not messages:
-            return
+        if messages:
+            self._publish(sendable, messages)
+
+    def _message(self, job: Claimed) -> TaskMessage:
+        args, kwargs = decode_args(job.args_json, job.kwargs_json)
+        target = self.app.tasks.get(job.task)
+        if target is None:
+            raise CorruptJob(f"unknown task {job.task!r}: no Celery task has this name")
+        headers = {HEADER_QUEUE: job.queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
+        if isinstance(target, DelayedTask):
+            return TaskMessage(job.task, args, kwargs, headers, job.task)
+        return TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
+
+    def _publish(self, jobs: list[Claimed], messages: list[TaskMessage]) -> bool:
+        """Publish a batch; False when the broker refused it (the jobs not published go back
+        to scheduled). A message the publisher cannot encode or route buries its own job
+        (found by publishing the batch one message at a time), not the batch."""
         try:
             self.publisher.publish(messages)
         except PublishError as exc:
             self.dispatched += exc.published
-            self._broker_outage(sendable[exc.published :], exc.cause)
-            return
+            self._broker_outage(jobs[exc.published :], exc.cause)
+            return False
+        except Exception:
+            if len(messages) == 1:
+                self._bury(jobs[0], f"cannot publish its Celery message: {_describe_current()}")
+                return True
+            for index, (job, message) in enumerate(zip(jobs, messages, strict=True)):
+                if not self._publish([job], [message]):
+                    self._broker_outage(jobs[index + 1 :], RuntimeError("broker unavailable"))
+                    return False
+            return True
         self.dispatched += len(messages)
         self.outage_backoff = 0.0
         logger.debug("dispatched %s jobs", len(messages))
+        return True
 
     def _bury(self, job: Claimed, reason: str) -> None:
         _bury(job.queue, job.id, reason)
@@ -327,6 +366,8 @@ class DelayWorker:
             len(jobs),
             self.outage_backoff,
         )
+        if not jobs:
+            return
         scripts = get_scripts()
         calls: list[Any] = []
         for job in jobs:
@@ -340,7 +381,7 @@ class DelayWorker:
                         job.token,
                         int(self.outage_backoff * 1000),
                         1,
-                        f"broker unavailable: {exc}"[:500],
+                        utf8_safe(f"broker unavailable: {exc}"[:500]),
                         keys.wake,
                     ],
                 )
@@ -410,12 +451,12 @@ class DelayWorker:
                 # forget workers that died without a goodbye (their hash expired long ago)
                 pipe.zremrangebyscore(g.workers, "-inf", now_ms - 10 * HEARTBEAT_TTL_SECONDS * 1000)
                 pipe.execute()
-        except RedisUnavailable as exc:
+        except DelayQueueError as exc:
             logger.error("heartbeat failed: %s", exc)
 
     def _refresh_queues(self) -> None:
         if self.fixed_queues is None:
-            known = {str(q) for q in get_redis().smembers(global_keys().queues)}
+            known = _known_queue_names()
             known |= {
                 task.dq_queue or get_config()["DEFAULT_QUEUE"]
                 for task in self.app.tasks.values()
@@ -456,14 +497,31 @@ def _decode_claimed(queue: str, raw: list[Any]) -> Claimed | None:
             kwargs_json.decode(),
         )
     except UnicodeDecodeError:
-        _bury(queue, job_id, "corrupt job data: not UTF-8 text (delayqueue stores JSON only)")
-        return None
+        reason = "corrupt job data: not UTF-8 text (delayqueue stores JSON only)"
+    except (ValueError, TypeError) as exc:
+        reason = f"corrupt job data: {_describe(exc)}"
+    _bury(queue, job_id, reason)
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return f"{type(exc).__qualname__}: {text}"[:500]
+
+
+def _describe_current() -> str:
+    exc = sys.exc_info()[1]
+    return _describe(exc) if exc is not None else "unknown error"
 
 
 def _bury(queue: str, job_id: str | bytes, reason: str) -> None:
     """Move a job that can never run to dead. An id that is not UTF-8 (found as bytes) goes
     through the bytes client, so its keys are the ones Redis holds."""
     keys = queue_keys(queue)
+    reason = utf8_safe(reason)
     logger.error("job %r on %s moved to dead: %s", job_id, queue, reason)
     if isinstance(job_id, bytes):
         job_key: str | bytes = keys.job_prefix.encode() + job_id
@@ -477,6 +535,26 @@ def _bury(queue: str, job_id: str | bytes, reason: str) -> None:
             [job_id, reason, STATS_TTL_SECONDS],
             client=client,
         )  # fmt: skip
+
+
+def _known_queue_names() -> set[str]:
+    """The registry of queues, without what is not a queue name (not UTF-8, or the registry
+    being of the wrong type: then only the tasks' queues are served, and it is logged)."""
+    try:
+        with redis_errors():
+            members = get_raw_redis().smembers(global_keys().queues)
+    except RedisUnavailable:
+        raise
+    except DelayQueueError as exc:
+        logger.error("cannot read the queue registry: %s", exc)
+        return set()
+    names = set()
+    for member in members:
+        try:
+            names.add(member.decode() if isinstance(member, bytes) else member)
+        except UnicodeDecodeError:
+            logger.error("ignoring queue %r found in Redis: not UTF-8", member)
+    return names
 
 
 def _valid_queue(name: str) -> bool:

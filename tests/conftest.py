@@ -14,6 +14,7 @@ import pytest
 import redis
 from celery import Celery
 
+import tests.fuzzing  # noqa: F401  (Hypothesis profiles, before any test module)
 from delayqueue import connection
 from tests.processes import Process, child_env
 

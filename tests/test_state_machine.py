@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from hypothesis import HealthCheck, settings
+import pytest
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -28,6 +29,7 @@ from delayqueue.connection import (
 from delayqueue.packing import SPEC_FIELDS
 from tests import jobs
 from tests.conftest import _test_redis
+from tests.fuzzing import examples
 from tests.stored import stored_job
 
 Q = "sm"
@@ -346,12 +348,7 @@ class JobStateMachine(RuleBasedStateMachine):
                 assert (zsets["inflight"][job_id] <= now_ms) == job.due_now
 
 
-JobStateMachine.TestCase.settings = settings(
-    max_examples=200,
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+JobStateMachine.TestCase.settings = settings(max_examples=examples(200), stateful_step_count=50)
 
 
-TestJobStateMachine = JobStateMachine.TestCase
+TestJobStateMachine = pytest.mark.fuzz(JobStateMachine.TestCase)

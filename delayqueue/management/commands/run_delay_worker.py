@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from delayqueue.errors import DelayQueueError
+from delayqueue.validators import check_batch_size, check_visibility_timeout
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -44,15 +45,13 @@ class Command(BaseCommand):
             logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
         queues = [q.strip() for q in options["queues"].split(",")] if options["queues"] else None
-        if options["batch_size"] is not None and options["batch_size"] < 1:
-            raise CommandError("--batch-size must be at least 1")
-        timeout = options["visibility_timeout"]
-        if timeout is not None and not timeout > 0:
-            raise CommandError("--visibility-timeout must be a positive number of seconds")
+        batch_size, timeout = options["batch_size"], options["visibility_timeout"]
         try:
-            worker = DelayWorker(
-                queues, batch_size=options["batch_size"], visibility_timeout=timeout
-            )
+            if batch_size is not None:
+                check_batch_size(batch_size, "--batch-size")
+            if timeout is not None:
+                check_visibility_timeout(timeout, "--visibility-timeout")
+            worker = DelayWorker(queues, batch_size=batch_size, visibility_timeout=timeout)
         except DelayQueueError as exc:
             raise CommandError(str(exc)) from exc
         connections.close_all()  # the loop never touches the database

@@ -1,0 +1,140 @@
+"""One validator per option, shared by ``@delayed_task``, ``spec()``, the system checks and
+the command-line flags, so a value is accepted or refused the same way wherever it is given.
+
+Each returns the value in the form delayqueue stores, or raises InvalidOption (or InvalidKey)
+with a message that names the option and its bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from delayqueue.errors import InvalidKey, InvalidOption
+
+MAX_ATTEMPTS_LIMIT = 1000
+# A visibility timeout below 0.1 s re-dispatches a job faster than Celery can start it; above
+# seven days a crashed run waits a week to be retried.
+VISIBILITY_TIMEOUT_MIN = 0.1
+VISIBILITY_TIMEOUT_MAX = 7 * 24 * 3600.0
+BACKOFF_MAX_SECONDS = 30 * 24 * 3600.0
+KEY_MAX_CHARS = 200
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidOption(f"{name} must be a number, not {type(value).__name__} {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidOption(f"{name} must be a finite number, not {value!r}")
+    return number
+
+
+def check_max_attempts(value: Any, name: str = "max_attempts") -> int:
+    """A positive int, at most MAX_ATTEMPTS_LIMIT."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOption(f"{name} must be an int, not {type(value).__name__} {value!r}")
+    if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidOption(f"{name} must be between 1 and {MAX_ATTEMPTS_LIMIT}, not {value!r}")
+    return int(value)
+
+
+def check_visibility_timeout(value: Any, name: str = "visibility_timeout") -> float:
+    """Seconds, between VISIBILITY_TIMEOUT_MIN and VISIBILITY_TIMEOUT_MAX."""
+    seconds = _number(name, value)
+    if not VISIBILITY_TIMEOUT_MIN <= seconds <= VISIBILITY_TIMEOUT_MAX:
+        raise InvalidOption(
+            f"{name} must be between {VISIBILITY_TIMEOUT_MIN} and {VISIBILITY_TIMEOUT_MAX:.0f} "
+            f"seconds, not {value!r}"
+        )
+    return seconds
+
+
+def check_positive(value: Any, name: str, *, maximum: float = math.inf) -> float:
+    """A finite number above 0 and at most ``maximum``."""
+    number = _number(name, value)
+    if not 0 < number <= maximum:
+        bound = "" if maximum == math.inf else f" and at most {maximum:g}"
+        raise InvalidOption(f"{name} must be above 0{bound}, not {value!r}")
+    return number
+
+
+def check_positive_int(value: Any, name: str, *, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOption(f"{name} must be a positive int, not {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidOption(f"{name} must be at most {maximum}, not {value!r}")
+    return value
+
+
+def check_backoff(value: Any, name: str = "backoff") -> float | Callable[[int], float] | None:
+    """None, seconds (0 to 30 days), or a callable attempt -> seconds."""
+    if value is None or callable(value):
+        return value
+    seconds = _number(name, value)
+    if not 0 <= seconds <= BACKOFF_MAX_SECONDS:
+        raise InvalidOption(f"{name} must be 0 to {BACKOFF_MAX_SECONDS:.0f} seconds, not {value!r}")
+    return seconds
+
+
+def check_on_conflict(value: Any) -> str:
+    if value not in ("keep", "replace") or not isinstance(value, str):
+        raise InvalidOption(f"on_conflict must be 'keep' or 'replace', not {value!r}")
+    return value
+
+
+def check_key(value: Any, name: str = "key") -> str:
+    """A dedupe key: a non-empty str of valid Unicode (it is stored as UTF-8), at most
+    KEY_MAX_CHARS characters."""
+    if not isinstance(value, str) or not 0 < len(value) <= KEY_MAX_CHARS:
+        raise InvalidKey(
+            f"{name} must be a non-empty str of at most {KEY_MAX_CHARS} characters, "
+            f"not {_short(value)}"
+        )
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidKey(
+            f"{name} {_short(value)} is not valid Unicode (lone surrogate "
+            f"{exc.object[exc.start : exc.end]!r}); keys are stored as UTF-8"
+        ) from None
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+BATCH_SIZE_MAX = 10_000
+
+
+def check_batch_size(value: Any, name: str = "batch_size") -> int:
+    return check_positive_int(value, name, maximum=BATCH_SIZE_MAX)
+
+
+def check_jitter(value: Any, name: str = "BACKOFF_JITTER") -> float:
+    share = _number(name, value)
+    if not 0 <= share <= 1:
+        raise InvalidOption(f"{name} must be a share from 0 to 1, not {value!r}")
+    return share
+
+
+# The numeric settings of DELAYQUEUE and the validator each goes through (delayqueue.E004).
+SETTING_VALIDATORS: dict[str, Callable[[Any], object]] = {
+    "BATCH_SIZE": lambda v: check_batch_size(v, "BATCH_SIZE"),
+    "VISIBILITY_TIMEOUT": lambda v: check_visibility_timeout(v, "VISIBILITY_TIMEOUT"),
+    "MAX_ATTEMPTS": lambda v: check_max_attempts(v, "MAX_ATTEMPTS"),
+    "BACKOFF_BASE": lambda v: check_backoff(_number("BACKOFF_BASE", v), "BACKOFF_BASE"),
+    "BACKOFF_MAX": lambda v: check_backoff(_number("BACKOFF_MAX", v), "BACKOFF_MAX"),
+    "BACKOFF_JITTER": check_jitter,
+    "MAX_DELAY": lambda v: check_positive(v, "MAX_DELAY", maximum=100 * 365 * 24 * 3600),
+    "MAX_PAYLOAD_BYTES": lambda v: check_positive_int(v, "MAX_PAYLOAD_BYTES", maximum=16 << 20),
+    "SAFETY_POLL": lambda v: check_positive(v, "SAFETY_POLL"),
+    "SOCKET_TIMEOUT": lambda v: check_positive(v, "SOCKET_TIMEOUT", maximum=3600),
+    "DEAD_MAX": lambda v: check_positive_int(v, "DEAD_MAX", maximum=100_000_000),
+}
