@@ -1,26 +1,29 @@
-"""Read-only queries on Redis for the admin pages: paged job lists and one job (the
-dashboard's queries are in dashboard.py).
+"""Read-only queries on Redis for the admin's job lists (the dashboard's queries are in
+dashboard.py, one job's in job_detail.py).
 
 Nothing here loads a whole queue: counts are ZCARD/ZCOUNT, lists are ZRANGE by rank with the
 page's job hashes fetched in one pipeline, and text search scans a bounded window of at most
 ``SEARCH_WINDOW`` entries (the page says so). "Now" is Redis's clock (TIME), the clock every
-script scores with.
+script scores with. Job data is read as bytes and shown through display.py, so no value
+Redis holds can break a page.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from django.utils import timezone
 from redis import Redis
-from ulid import ULID
 
-from delayqueue.connection import get_redis, global_keys, queue_keys, redis_errors, redis_now_ms
+from delayqueue.connection import get_raw_redis, global_keys, queue_keys, redis_errors
+from delayqueue.display import Moment, Reads, integer, relative_text, text
 from delayqueue.keys import JOB_ID, QUEUE_NAME, QueueKeys
 from delayqueue.packing import job_fields
+
+if TYPE_CHECKING:
+    from delayqueue.job_detail import JobDetail
+
+__all__ = ["Moment", "relative_text"]  # shown times, for the pages and their tests
 
 State = Literal["scheduled", "inflight", "dead"]
 Order = Literal["asc", "desc"]
@@ -30,66 +33,51 @@ PAGE_SIZE = 50
 SEARCH_WINDOW = 5000  # most entries a text search or task filter looks at
 SCAN_CHUNK = 500
 PREVIEW_CHARS = 80
+ID_CHARS = 100  # most characters of a member that is no job id a list shows
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 
 # Fields of a job hash a list row needs (see keys.py for all fields).
 _ROW_FIELDS = ("task", "args", "kwargs", "key", "att", "max", "err", "why")
 
+Entry = tuple[bytes, float]  # a zset member as stored, and its score
+
 
 def zset_of(keys: QueueKeys, state: State) -> str:
     return {"scheduled": keys.scheduled, "inflight": keys.inflight, "dead": keys.dead}[state]
 
 
-# ---- time as people read it ------------------------------------------------------------
+def job_key(keys: QueueKeys, member: bytes) -> bytes:
+    """The hash of the job a zset member names, whatever bytes the member is."""
+    return keys.job_prefix.encode() + member
 
 
-@dataclass(frozen=True)
-class Moment:
-    """A Redis time (epoch ms) seen from Redis's "now": local time and "in 3 min" text."""
-
-    ms: int
-    now_ms: int
-
-    @property
-    def local(self) -> datetime:
-        return timezone.localtime(datetime.fromtimestamp(self.ms / 1000, tz=UTC))
-
-    @property
-    def relative(self) -> str:
-        return relative_text(self.ms - self.now_ms)
-
-    @property
-    def past(self) -> bool:
-        return self.ms <= self.now_ms
+def job_id_of(member: bytes) -> str | None:
+    """The member as a job id when it is one (the only members the pages link to)."""
+    try:
+        candidate = member.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return candidate if JOB_ID.fullmatch(candidate) else None
 
 
-def relative_text(delta_ms: int) -> str:
-    """``in 3 min`` / ``3 min ago`` / ``now``, for a signed distance from now."""
-    seconds = abs(delta_ms) / 1000
-    if seconds < 1:
-        return "now"
-    if seconds < 60:
-        span = f"{int(seconds)} s"
-    elif seconds < 3600:
-        span = f"{int(seconds // 60)} min"
-    elif seconds < 86400:
-        hours, minutes = divmod(int(seconds // 60), 60)
-        span = f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    else:
-        days = int(seconds // 86400)
-        span = f"{days} day{'s' if days != 1 else ''}"
-    return f"in {span}" if delta_ms > 0 else f"{span} ago"
+def redis_now(client: Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 # ---- queues -----------------------------------------------------------------------------
 
 
-def known_queues() -> list[str]:
+def known_queues(notes: list[str] | None = None) -> list[str]:
     """Queue names from ``dq:queues`` that are valid names, sorted."""
+    notes = [] if notes is None else notes
     with redis_errors():
-        names = get_redis().smembers(global_keys().queues)
-    return sorted(str(n) for n in names if QUEUE_NAME.fullmatch(str(n)))
+        reads = Reads(get_raw_redis(), notes)
+        reads.add("smembers", global_keys().queues, default=set())
+        (names,) = reads.run()
+    valid = {text(n) for n in names} if isinstance(names, set) else set()
+    return sorted(n for n in valid if QUEUE_NAME.fullmatch(n))
 
 
 def queue_exists(queue: str) -> bool:
@@ -98,17 +86,25 @@ def queue_exists(queue: str) -> bool:
         return False
     keys = queue_keys(queue)
     with redis_errors():
-        client = get_redis()
-        pipe = client.pipeline(transaction=False)
-        pipe.sismember(global_keys().queues, queue)
-        pipe.exists(keys.scheduled, keys.inflight, keys.dead)
-        known, holding = pipe.execute()
+        reads = Reads(get_raw_redis(), [])
+        reads.add("sismember", global_keys().queues, queue, default=0)
+        reads.add("exists", keys.scheduled, keys.inflight, keys.dead, default=0)
+        known, holding = reads.run()
     return bool(known) or int(holding) > 0
+
+
+def job_detail(queue: str, job_id: str) -> JobDetail | None:
+    """Everything about one job (see job_detail.py, which builds on this module)."""
+    from delayqueue.job_detail import job_detail as read
+
+    return read(queue, job_id)
 
 
 def count(queue: str, state: State) -> int:
     with redis_errors():
-        return int(get_redis().zcard(zset_of(queue_keys(queue), state)))
+        reads = Reads(get_raw_redis(), [])
+        reads.add("zcard", zset_of(queue_keys(queue), state), default=0)
+        return int(reads.run()[0])
 
 
 # ---- job lists --------------------------------------------------------------------------
@@ -116,7 +112,8 @@ def count(queue: str, state: State) -> int:
 
 @dataclass
 class JobRow:
-    id: str
+    id: str  # the member as text (escaped when it is not UTF-8, cut when huge)
+    link_id: str | None  # the job id when the member is one; None: no page, no action
     at: Moment  # due time, in-flight deadline or time of death, by the list's state
     task: str
     args_preview: str
@@ -144,8 +141,10 @@ class JobPage:
     bounded: bool = False  # the scan stopped at SEARCH_WINDOW before the end of the list
     elsewhere: State | None = None  # the job searched for by id or key is in another state
     elsewhere_id: str = ""
+    elsewhere_link: str | None = None  # elsewhere_id when it is a job id
     tasks_seen: list[str] = field(default_factory=list)
     now_ms: int = 0
+    notes: list[str] = field(default_factory=list)  # keys of the wrong type, shown as empty
 
     @property
     def has_previous(self) -> bool:
@@ -169,65 +168,59 @@ class PageOutOfRange(LookupError):
 
 
 def _preview(args_json: str | None, kwargs_json: str | None) -> str:
-    text = args_json or ""
+    text = (args_json or "")[:PREVIEW_CHARS]
     if kwargs_json:
-        text = f"{text} {kwargs_json}"
+        text = f"{text} {kwargs_json[:PREVIEW_CHARS]}"
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
-def _int_or(value: Any, default: int | None) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _fields(
-    client: Redis, keys: QueueKeys, entries: list[tuple[str, float]], names: tuple[str, ...]
-) -> list[list[str | None]]:
-    """The named fields of each job, from its hash or its packed spec, in one round trip."""
-    pipe = client.pipeline(transaction=False)
-    for job_id, _ in entries:
-        pipe.hmget(keys.job(job_id), names)
-        pipe.hget(keys.specs, job_id)
-    replies = pipe.execute()
+def read_fields(
+    reads_of: Reads, keys: QueueKeys, members: list[bytes], names: tuple[str, ...]
+) -> list[dict[str, str]]:
+    """The named fields of each job as text, from its hash or its packed spec, in one round
+    trip (a job key or specs hash of the wrong type reads as empty, with a note)."""
+    for member in members:
+        reads_of.add("hmget", job_key(keys, member), names, default=[None] * len(names))
+        reads_of.add("hget", keys.specs, member, default=None)
+    replies = reads_of.run()
     found = []
     for values, spec in zip(replies[::2], replies[1::2], strict=True):
-        fields = job_fields({n: v for n, v in zip(names, values, strict=True) if v}, spec)
-        found.append([fields.get(name) for name in names])
+        stored = {n: text(v) for n, v in zip(names, values, strict=True) if v}
+        fields = job_fields(stored, None if spec is None else text(spec))
+        found.append({name: fields[name] for name in names if name in fields})
     return found
 
 
-def _rows(
-    client: Redis, keys: QueueKeys, entries: list[tuple[str, float]], now: int
-) -> list[JobRow]:
+def _rows(client: Redis, keys: QueueKeys, entries: list[Entry], page: JobPage) -> list[JobRow]:
+    members = [member for member, _ in entries]
     rows = []
-    for (job_id, score), values in zip(
-        entries, _fields(client, keys, entries, _ROW_FIELDS), strict=True
+    for (member, score), fields in zip(
+        entries, read_fields(Reads(client, page.notes), keys, members, _ROW_FIELDS), strict=True
     ):
-        task, args, kwargs, key, att, max_, err, why = values
         rows.append(
             JobRow(
-                id=job_id,
-                at=Moment(int(score), now),
-                task=task or "",
-                args_preview=_preview(args, kwargs),
-                key=key or "",
-                attempts=_int_or(att, 0) or 0,
-                max_attempts=_int_or(max_, None),
-                error=why or err or "",
-                missing=task is None,
+                id=text(member, ID_CHARS),
+                link_id=job_id_of(member),
+                at=Moment(score, page.now_ms),
+                task=fields.get("task", ""),
+                args_preview=_preview(fields.get("args"), fields.get("kwargs")),
+                key=fields.get("key", ""),
+                attempts=integer(fields.get("att")) or 0,
+                max_attempts=integer(fields.get("max")),
+                error=(fields.get("why") or fields.get("err") or "")[:1000],
+                missing="task" not in fields,
             )
         )
     return rows
 
 
 def _range(
-    client: Redis, zset: str, start: int, stop: int, order: Order
-) -> list[tuple[str, float]]:
-    if order == "desc":
-        return client.zrevrange(zset, start, stop, withscores=True)  # type: ignore[return-value]
-    return client.zrange(zset, start, stop, withscores=True)  # type: ignore[return-value]
+    client: Redis, zset: str, start: int, stop: int, order: Order, page: JobPage
+) -> list[Entry]:
+    reads = Reads(client, page.notes)
+    command = "zrevrange" if order == "desc" else "zrange"
+    reads.add(command, zset, start, stop, withscores=True, default=[])
+    return list(reads.run()[0])
 
 
 def _pages(count: int) -> int:
@@ -250,15 +243,20 @@ def job_page(
 ) -> JobPage:
     """One page of a queue's jobs in one state, newest or oldest first, optionally searched
     (exact job id, exact dedupe key, else a bounded scan over task name and key) and filtered
-    by exact task name. Raises PageOutOfRange for a page past the end."""
+    by exact task name. Raises PageOutOfRange for a page past the end.
+
+    The dedupe key is looked up exactly as given, surrounding spaces included; only the id
+    form ignores case and surrounding spaces."""
     keys = queue_keys(queue)
     zset = zset_of(keys, state)
-    search, task = search.strip(), task.strip()
+    task = task.strip()
     with redis_errors():
-        client = get_redis()
-        now = redis_now_ms(client)
-        total = int(client.zcard(zset))
-        result = JobPage(queue, state, order, page, [], total, total, 1, search, task, now_ms=now)
+        client = get_raw_redis()
+        now = redis_now(client)
+        result = JobPage(queue, state, order, page, [], 0, 0, 1, search, task, now_ms=now)
+        reads = Reads(client, result.notes)
+        reads.add("zcard", zset, default=0)
+        result.total = result.matched = int(reads.run()[0])
         if search and not task:
             if _find_exact(client, keys, state, result):
                 _check_page(page, result.pages)
@@ -266,39 +264,42 @@ def job_page(
         if search or task:
             _scan(client, keys, zset, result)
             return result
-        result.pages = _pages(total)
+        result.pages = _pages(result.total)
         _check_page(page, result.pages)
         start = (page - 1) * PAGE_SIZE
-        entries = _range(client, zset, start, start + PAGE_SIZE - 1, order)
-        result.rows = _rows(client, keys, entries, now)
+        entries = _range(client, zset, start, start + PAGE_SIZE - 1, order, result)
+        result.rows = _rows(client, keys, entries, result)
         result.tasks_seen = sorted({row.task for row in result.rows if row.task})
     return result
 
 
 def _find_exact(client: Redis, keys: QueueKeys, state: State, result: JobPage) -> bool:
     """Search by exact job id or exact dedupe key; True when the search was one of those."""
-    candidate = result.search.upper()
+    candidate = result.search.strip().upper()
     mode: Literal["id", "key"]
     if JOB_ID.fullmatch(candidate):
-        job_id, mode = candidate, "id"
+        member, mode = candidate.encode(), "id"
     else:
-        found = client.hget(keys.dedupe, result.search)
+        reads = Reads(client, result.notes)
+        reads.add("hget", keys.dedupe, result.search.encode("utf-8", "surrogatepass"))
+        (found,) = reads.run()
         if found is None:
             return False
-        job_id, mode = str(found), "key"
-    pipe = client.pipeline(transaction=False)
+        member, mode = found, "key"
+    reads = Reads(client, result.notes)
     for s in STATES:
-        pipe.zscore(zset_of(keys, s), job_id)
-    scores = dict(zip(STATES, pipe.execute(), strict=True))
+        reads.add("zscore", zset_of(keys, s), member)
+    scores = dict(zip(STATES, reads.run(), strict=True))
     result.search_mode = mode
     result.matched = 0
     score = scores[state]
     if score is not None:
-        result.rows = _rows(client, keys, [(job_id, score)], result.now_ms)
+        result.rows = _rows(client, keys, [(member, score)], result)
         result.matched = 1
     else:
         result.elsewhere = next((s for s in STATES if scores[s] is not None), None)
-        result.elsewhere_id = job_id
+        result.elsewhere_id = text(member, ID_CHARS)
+        result.elsewhere_link = job_id_of(member)
     return True
 
 
@@ -306,17 +307,18 @@ def _scan(client: Redis, keys: QueueKeys, zset: str, result: JobPage) -> None:
     """Filter a bounded window (SEARCH_WINDOW entries from the head in the page's order) by a
     text search over task name and dedupe key and/or an exact task name."""
     needle = result.search.lower()
-    matches: list[tuple[str, float]] = []
+    matches: list[Entry] = []
     seen_tasks: set[str] = set()
     scanned = 0
     while scanned < SEARCH_WINDOW:
         want = min(SCAN_CHUNK, SEARCH_WINDOW - scanned)
-        entries = _range(client, zset, scanned, scanned + want - 1, result.order)
-        found = _fields(client, keys, entries, ("task", "key"))
-        for entry, (task, key) in zip(entries, found, strict=True):
-            task, key = task or "", key or ""
+        entries = _range(client, zset, scanned, scanned + want - 1, result.order, result)
+        members = [member for member, _ in entries]
+        found = read_fields(Reads(client, result.notes), keys, members, ("task", "key"))
+        for entry, fields in zip(entries, found, strict=True):
+            task, key = fields.get("task", ""), fields.get("key", "")
             if task:
-                seen_tasks.add(task)
+                seen_tasks.add(task[:ID_CHARS])
             if result.task and task != result.task:
                 continue
             if needle and not (needle in task.lower() or needle in key.lower()):
@@ -333,124 +335,4 @@ def _scan(client: Redis, keys: QueueKeys, zset: str, result: JobPage) -> None:
     result.tasks_seen = sorted(seen_tasks)
     _check_page(result.page, result.pages)
     start = (result.page - 1) * PAGE_SIZE
-    result.rows = _rows(client, keys, matches[start : start + PAGE_SIZE], result.now_ms)
-
-
-# ---- one job ----------------------------------------------------------------------------
-
-
-@dataclass
-class Attempt:
-    at: Moment | None
-    attempt: int | None
-    outcome: str
-    detail: str
-
-
-@dataclass
-class JobDetail:
-    queue: str
-    id: str
-    state: State | None  # None: the hash exists but the job is in no set (a moment's race)
-    at: Moment | None
-    now_ms: int
-    task: str
-    args: str  # pretty-printed JSON, or the raw text when it is not JSON
-    kwargs: str
-    args_valid: bool
-    key: str
-    attempts: int
-    max_attempts: int | None
-    visibility_ms: int | None
-    created: datetime | None
-    token: str
-    error: str
-    traceback: str
-    reason: str
-    history: list[Attempt]
-    history_valid: bool
-    missing: bool  # the id is in a set but its hash is gone
-
-
-def _pretty(raw: str | None, empty: str) -> tuple[str, bool]:
-    if raw is None or raw == "":
-        return empty, True
-    try:
-        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False, sort_keys=True), True
-    except ValueError:
-        return raw, False
-
-
-def _history(raw: str | None, now: int) -> tuple[list[Attempt], bool]:
-    if not raw:
-        return [], True
-    try:
-        entries = json.loads(raw)
-    except ValueError:
-        return [], False
-    if not isinstance(entries, list):
-        return [], False
-    history = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        at = _int_or(entry.get("at"), None)
-        history.append(
-            Attempt(
-                at=Moment(at, now) if at is not None else None,
-                attempt=_int_or(entry.get("attempt"), None),
-                outcome=str(entry.get("outcome", "")),
-                detail=str(entry.get("detail", "")),
-            )
-        )
-    return history, True
-
-
-def job_detail(queue: str, job_id: str) -> JobDetail | None:
-    """Everything about one job, or None when neither its hash nor any set holds it."""
-    keys = queue_keys(queue)
-    with redis_errors():
-        client = get_redis()
-        pipe = client.pipeline(transaction=False)
-        pipe.time()
-        pipe.hgetall(keys.job(job_id))
-        pipe.hget(keys.specs, job_id)
-        for s in STATES:
-            pipe.zscore(zset_of(keys, s), job_id)
-        (seconds, micros), hash_fields, spec, *scores = pipe.execute()
-    fields = job_fields(hash_fields, spec)
-    now = int(seconds) * 1000 + int(micros) // 1000
-    state = next((s for s, score in zip(STATES, scores, strict=True) if score is not None), None)
-    if not fields and state is None:
-        return None
-    score = scores[STATES.index(state)] if state else None
-    args, args_ok = _pretty(fields.get("args", fields.get("raw")), "[]")
-    kwargs, kwargs_ok = _pretty(fields.get("kwargs"), "{}")
-    history, history_ok = _history(fields.get("hist"), now)
-    try:
-        created: datetime | None = timezone.localtime(ULID.from_str(job_id).datetime)
-    except ValueError:
-        created = None
-    return JobDetail(
-        queue=queue,
-        id=job_id,
-        state=state,
-        at=Moment(int(score), now) if score is not None else None,
-        now_ms=now,
-        task=fields.get("task", ""),
-        args=args,
-        kwargs=kwargs,
-        args_valid=args_ok and kwargs_ok,
-        key=fields.get("key", ""),
-        attempts=_int_or(fields.get("att"), 0) or 0,
-        max_attempts=_int_or(fields.get("max"), None),
-        visibility_ms=_int_or(fields.get("vt"), None),
-        created=created,
-        token=fields.get("tok", ""),
-        error=fields.get("err", ""),
-        traceback=fields.get("tb", ""),
-        reason=fields.get("why", ""),
-        history=history,
-        history_valid=history_ok,
-        missing=not fields,
-    )
+    result.rows = _rows(client, keys, matches[start : start + PAGE_SIZE], result)

@@ -13,7 +13,14 @@ from typing import Any
 from redis.commands.core import Script
 
 from delayqueue.conf import get_config
-from delayqueue.connection import get_redis, get_scripts, queue_keys, redis_errors, run_pipelined
+from delayqueue.connection import (
+    get_raw_redis,
+    get_redis,
+    get_scripts,
+    queue_keys,
+    redis_errors,
+    run_pipelined,
+)
 from delayqueue.errors import DelayQueueError, InvalidDelay
 from delayqueue.keys import check_job_id, check_queue_name
 
@@ -127,10 +134,21 @@ def force_back(queue: str, ids: Sequence[str], reason: str) -> ActionResult:
 # ---- dead jobs --------------------------------------------------------------------------
 
 
-def _requeue_calls(keys: Any, ids: list[str]) -> list[Call]:
+def _requeue_calls(keys: Any, ids: Sequence[str | bytes]) -> list[Call]:
+    """Requeue calls for dead ids: job ids, or members read as bytes (which may be any bytes:
+    a corrupt member stays dead as unrunnable instead of failing the whole action)."""
     script = get_scripts().requeue
     return [
-        (script, [keys.job(i), keys.dead, keys.scheduled, keys.dedupe], [i, 0, keys.wake])
+        (
+            script,
+            [
+                keys.job_prefix.encode() + i if isinstance(i, bytes) else keys.job(i),
+                keys.dead,
+                keys.scheduled,
+                keys.dedupe,
+            ],
+            [i, 0, keys.wake],
+        )
         for i in ids
     ]
 
@@ -168,11 +186,12 @@ def retry_all_dead(queue: str, *, chunk: int = RETRY_CHUNK) -> BulkResult:
     keys = queue_keys(check_queue_name(queue))
     result = BulkResult("retry all")
     with redis_errors():
-        client = get_redis()
+        client = get_raw_redis()  # members as stored, UTF-8 or not
         budget = int(client.zcard(keys.dead))
         skip = 0  # dead jobs at the head that stay dead (unrunnable)
         while budget > 0:
-            ids = [str(i) for i in client.zrange(keys.dead, skip, skip + min(chunk, budget) - 1)]
+            stop = skip + min(chunk, budget) - 1
+            ids: list[bytes] = client.zrange(keys.dead, skip, stop)  # type: ignore[assignment]
             if not ids:
                 break
             replies = _run(_requeue_calls(keys, ids))

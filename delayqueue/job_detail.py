@@ -1,0 +1,149 @@
+"""Everything Redis holds about one job, for the admin's job page: read as bytes and shown
+through display.py, so arguments that are not JSON (a planted pickle, say), text that is not
+UTF-8, a history that is not a list of attempts or a key of the wrong type all render."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from delayqueue.browse import STATES, State, job_key, redis_now, zset_of
+from delayqueue.connection import get_raw_redis, queue_keys, redis_errors
+from delayqueue.display import DETAIL_CHARS, Moment, Reads, integer, text, ulid_ms
+from delayqueue.packing import job_fields
+
+PRETTY_CHARS = 200_000  # arguments longer than this are shown as stored, not re-indented
+HISTORY_SHOWN = 200
+
+
+@dataclass
+class Attempt:
+    at: Moment | None
+    attempt: int | None
+    outcome: str
+    detail: str
+
+
+@dataclass
+class JobDetail:
+    queue: str
+    id: str
+    state: State | None  # None: the hash exists but the job is in no set (a moment's race)
+    at: Moment | None
+    now_ms: int
+    task: str
+    args: str  # pretty-printed JSON, or the raw text when it is not JSON
+    kwargs: str
+    args_valid: bool
+    key: str
+    attempts: int
+    max_attempts: int | None
+    visibility_ms: int | None
+    created: Moment | None
+    token: str
+    error: str
+    traceback: str
+    reason: str
+    history: list[Attempt]
+    history_valid: bool
+    missing: bool  # the id is in a set but its hash is gone
+    notes: list[str] = field(default_factory=list)  # keys of the wrong type, shown as empty
+
+
+def _pretty(raw: str | None, empty: str) -> tuple[str, bool]:
+    if raw is None or raw == "":
+        return empty, True
+    if len(raw) > PRETTY_CHARS:
+        return text(raw, DETAIL_CHARS), True
+    try:
+        value = json.loads(raw)
+        return text(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)), True
+    except (ValueError, RecursionError, TypeError):
+        return text(raw, DETAIL_CHARS), False
+
+
+def _history(raw: str | None, now: int) -> tuple[list[Attempt], bool]:
+    if not raw:
+        return [], True
+    try:
+        entries = json.loads(raw)
+    except (ValueError, RecursionError):
+        return [], False
+    if not isinstance(entries, list):
+        return [], False
+    history = []
+    for entry in entries[-HISTORY_SHOWN:]:
+        if not isinstance(entry, dict):
+            continue
+        at = integer(entry.get("at"))
+        history.append(
+            Attempt(
+                at=Moment(at, now) if at is not None else None,
+                attempt=integer(entry.get("attempt")),
+                outcome=_shown(entry.get("outcome", "")),
+                detail=_shown(entry.get("detail", "")),
+            )
+        )
+    return history, True
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, str):
+        return text(value, DETAIL_CHARS)
+    try:
+        return text(json.dumps(value, ensure_ascii=False), DETAIL_CHARS)
+    except (ValueError, RecursionError, TypeError):
+        return ""
+
+
+def job_detail(queue: str, job_id: str) -> JobDetail | None:
+    """Everything about one job, or None when neither its hash nor any set holds it."""
+    keys = queue_keys(queue)
+    notes: list[str] = []
+    with redis_errors():
+        client = get_raw_redis()
+        now = redis_now(client)
+        reads = Reads(client, notes)
+        reads.add("hgetall", job_key(keys, job_id.encode()), default={})
+        reads.add("hget", keys.specs, job_id, default=None)
+        for s in STATES:
+            reads.add("zscore", zset_of(keys, s), job_id, default=None)
+        stored, spec, *scores = reads.run()
+    hash_fields = {text(name): text(value) for name, value in stored.items()}
+    fields = job_fields(hash_fields, None if spec is None else text(spec))
+    state = next((s for s, score in zip(STATES, scores, strict=True) if score is not None), None)
+    if not fields and state is None and not notes:
+        return None
+    score = scores[STATES.index(state)] if state else None
+    args, args_ok = _pretty(fields.get("args", fields.get("raw")), "[]")
+    kwargs, kwargs_ok = _pretty(fields.get("kwargs"), "{}")
+    history, history_ok = _history(fields.get("hist"), now)
+    created = ulid_ms(job_id)
+
+    def shown(name: str) -> str:
+        return text(fields.get(name, ""), DETAIL_CHARS)
+
+    return JobDetail(
+        queue=queue,
+        id=job_id,
+        state=state,
+        at=Moment(score, now) if score is not None else None,
+        now_ms=now,
+        task=shown("task"),
+        args=args,
+        kwargs=kwargs,
+        args_valid=args_ok and kwargs_ok,
+        key=shown("key"),
+        attempts=integer(fields.get("att")) or 0,
+        max_attempts=integer(fields.get("max")),
+        visibility_ms=integer(fields.get("vt")),
+        created=Moment(created, now) if created is not None else None,
+        token=shown("tok"),
+        error=shown("err"),
+        traceback=shown("tb"),
+        reason=shown("why"),
+        history=history,
+        history_valid=history_ok,
+        missing=not fields,
+        notes=notes,
+    )
