@@ -1,5 +1,9 @@
 """The "Delayed jobs" entry of the admin: a ModelAdmin on the table-less DelayedJob model whose
-changelist is the dashboard, with the job lists, job pages and actions added by get_urls."""
+changelist is the dashboard, with the job lists, job pages and actions added by get_urls.
+
+A queue name is a path segment of those URLs. The names ``.`` and ``..`` are valid queue
+names, but browsers (and proxies) remove such dot segments from a path before sending it, so
+they travel as ``~.`` and ``~..`` (``~`` is no character of a queue name)."""
 
 from __future__ import annotations
 
@@ -7,10 +11,29 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, register_converter
 
 from delayqueue import views
 from delayqueue.models import DelayedJob
+
+
+class QueueNameInPath:
+    """A queue name as one path segment that no browser rewrites: ``.`` and ``..`` go as
+    ``~.`` and ``~..``; anything else as itself (the view says when it is no queue)."""
+
+    regex = "[^/]+"
+    _DOTS = (".", "..")
+
+    def to_python(self, value: str) -> str:
+        if value.startswith("~") and value[1:] in self._DOTS:
+            return value[1:]
+        return value
+
+    def to_url(self, value: str) -> str:
+        return f"~{value}" if value in self._DOTS else value
+
+
+register_converter(QueueNameInPath, "delayqueue_queue")
 
 
 @admin.register(DelayedJob)
@@ -46,7 +69,15 @@ class DelayedJobAdmin(admin.ModelAdmin):
         name = "delayqueue_delayedjob"
         return [
             path("", wrap(self.changelist_view), name=f"{name}_changelist"),
-            path("<str:queue>/actions/", wrap(self.act_view), name=f"{name}_act"),
-            path("<str:queue>/job/<str:job_id>/", wrap(self.job_detail_view), name=f"{name}_job"),
-            path("<str:queue>/<str:state>/", wrap(self.job_list_view), name=f"{name}_list"),
+            path("<delayqueue_queue:queue>/actions/", wrap(self.act_view), name=f"{name}_act"),
+            path(
+                "<delayqueue_queue:queue>/job/<str:job_id>/",
+                wrap(self.job_detail_view),
+                name=f"{name}_job",
+            ),
+            path(
+                "<delayqueue_queue:queue>/<str:state>/",
+                wrap(self.job_list_view),
+                name=f"{name}_list",
+            ),
         ]
