@@ -3,7 +3,9 @@ for every action (with a confirm step for destructive ones, then a message and a
 
 Each view checks its own permission (``delayqueue.view_jobs`` to see, ``change_jobs`` to act,
 ``delete_jobs`` to delete and purge); ``admin_site.admin_view`` (see admin.py) has already sent
-anonymous users to the login page. Bad input is a 404 with a page that says what was wrong.
+anonymous users to the login page. Permissions are checked before Redis is asked anything,
+so a user without them learns nothing about which queues exist. Bad input is a 404 with a page
+that says what was wrong; Redis down or refusing is a 503 page, with no secret of its URL.
 """
 
 from __future__ import annotations
@@ -16,17 +18,22 @@ from typing import Any, Concatenate, ParamSpec
 from django.contrib import messages
 from django.contrib.admin import AdminSite
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+from redis.exceptions import RedisError
 
 from delayqueue import browse, operations
 from delayqueue import dashboard as dashboard_queries
 from delayqueue.conf import get_config
-from delayqueue.errors import DelayQueueError, RedisUnavailable
+from delayqueue.display import Moment
+from delayqueue.errors import DelayQueueError
+from delayqueue.job_detail import job_detail as read_job
 from delayqueue.keys import JOB_ID
 from delayqueue.models import DelayedJob
+from delayqueue.redaction import redact
 
 P = ParamSpec("P")
 View = Callable[Concatenate[HttpRequest, AdminSite, P], HttpResponse]
@@ -76,8 +83,18 @@ def _require(request: HttpRequest, perm: str) -> None:
         raise PermissionDenied(f"you need the permission delayqueue.{perm}")
 
 
+def shown_error(exc: BaseException) -> str:
+    """An error's message as a page may show it: no secret of the Redis URL in any form."""
+    try:
+        url = str(get_config()["REDIS_URL"])
+    except Exception:  # settings that cannot even be read: redact URLs in the text alone
+        url = ""
+    return redact(str(exc), url)
+
+
 def guarded(view: View[P]) -> View[P]:
-    """Turn bad input into a 404 page and a Redis outage into a 503 page (never a 500)."""
+    """Turn bad input into a 404 page, and Redis down or refusing (a connection failure or
+    any error reply: OOM, READONLY, NOPERM, MISCONF, LOADING...) into a 503 page."""
 
     @wraps(view)
     def wrapper(request: HttpRequest, site: AdminSite, *args: P.args, **kwargs: P.kwargs) -> Any:
@@ -85,17 +102,18 @@ def guarded(view: View[P]) -> View[P]:
             return view(request, site, *args, **kwargs)
         except NotFound as exc:
             return _render(request, site, "problem.html", "Not found", 404, problem=str(exc))
-        except RedisUnavailable as exc:
-            return _render(
-                request, site, "problem.html", "Redis unavailable", 503, problem=str(exc)
-            )
+        except (DelayQueueError, RedisError) as exc:
+            problem = shown_error(exc)
+            if isinstance(exc, RedisError):
+                problem = f"Redis refused the request: {problem}"
+            return _render(request, site, "problem.html", "Redis unavailable", 503, problem=problem)
 
     return wrapper
 
 
 def _queue(queue: str) -> str:
     if not browse.queue_exists(queue):
-        raise NotFound(f"There is no queue named “{queue}”.")
+        raise NotFound(f"There is no queue named “{queue[:100]}”.")
     return queue
 
 
@@ -103,12 +121,14 @@ def _state(state: str) -> browse.State:
     for known in browse.STATES:
         if state == known:
             return known
-    raise NotFound(f"“{state}” is not a job list; the lists are scheduled, inflight and dead.")
+    raise NotFound(
+        f"“{state[:100]}” is not a job list; the lists are scheduled, inflight and dead."
+    )
 
 
 def _job_id(job_id: str) -> str:
     if not JOB_ID.fullmatch(job_id.upper()):
-        raise NotFound(f"“{job_id}” is not a job id (a 26-character ULID).")
+        raise NotFound(f"“{job_id[:100]}” is not a job id (a 26-character ULID).")
     return job_id.upper()
 
 
@@ -118,13 +138,14 @@ def _job_id(job_id: str) -> str:
 @guarded
 def dashboard(request: HttpRequest, site: AdminSite) -> HttpResponse:
     _require(request, "view_jobs")
-    queues = browse.known_queues()
+    notes: list[str] = []
+    queues = browse.known_queues(notes)
     chart_queue = request.GET.get("chart", "")
     if chart_queue:
         _queue(chart_queue)
-    now, rows = dashboard_queries.overview(queues)
-    chart = dashboard_queries.due_chart([chart_queue] if chart_queue else queues)
-    alive, gone = dashboard_queries.workers()
+    now, rows = dashboard_queries.overview(queues, notes)
+    chart = dashboard_queries.due_chart([chart_queue] if chart_queue else queues, notes)
+    alive, gone = dashboard_queries.workers(notes)
     return _render(
         request,
         site,
@@ -135,7 +156,8 @@ def dashboard(request: HttpRequest, site: AdminSite) -> HttpResponse:
         chart_queue=chart_queue,
         workers=alive,
         workers_gone=gone,
-        now=browse.Moment(now, now),
+        now=Moment(now, now),
+        notes=notes,
     )
 
 
@@ -144,7 +166,7 @@ def _int_param(request: HttpRequest, name: str, default: int) -> int:
     if raw is None or raw == "":
         return default
     if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
-        raise NotFound(f"?{name}={raw} is not a page number.")
+        raise NotFound(f"?{name}={raw[:100]} is not a page number.")
     return int(raw)
 
 
@@ -154,7 +176,7 @@ def job_list(request: HttpRequest, site: AdminSite, queue: str, state: str) -> H
     queue, st = _queue(queue), _state(state)
     order = request.GET.get("order") or DEFAULT_ORDER[st]
     if order not in ("asc", "desc"):
-        raise NotFound(f"?order={order} is not an order; use asc or desc.")
+        raise NotFound(f"?order={order[:100]} is not an order; use asc or desc.")
     search, task = request.GET.get("q", ""), request.GET.get("task", "")
     if len(search) > MAX_SEARCH or len(task) > MAX_SEARCH:
         raise NotFound(f"A search is at most {MAX_SEARCH} characters.")
@@ -205,7 +227,7 @@ def _page_link(request: HttpRequest, number: int) -> str:
 def job_detail(request: HttpRequest, site: AdminSite, queue: str, job_id: str) -> HttpResponse:
     _require(request, "view_jobs")
     queue, job_id = _queue(queue), _job_id(job_id)
-    job = browse.job_detail(queue, job_id)
+    job = read_job(queue, job_id)
     if job is None:
         raise NotFound(
             f"Queue “{queue}” holds no job {job_id}: it has run and been acked, was cancelled "
@@ -291,19 +313,22 @@ def _delay_ms(request: HttpRequest) -> int:
     return int(seconds * 1000)
 
 
+@require_POST
 @guarded
 def act(request: HttpRequest, site: AdminSite, queue: str) -> HttpResponse:
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
-    queue = _queue(queue)
+    _require(request, "view_jobs")  # before anything touches Redis
     name = request.POST.get("action", "")
+    action = ACTIONS.get(name)
+    if action is not None:
+        _require(request, action.perm)
+    elif not any(_allowed(request, a) for a in ACTIONS.values()):
+        raise PermissionDenied("you may not act on delayed jobs")
     if not name:
         messages.warning(request, "Choose an action; nothing was changed.")
         return HttpResponseRedirect(_next(request, _url("changelist")))
-    action = ACTIONS.get(name)
     if action is None:
-        raise NotFound(f"“{request.POST.get('action', '')}” is not an action.")
-    _require(request, action.perm)
+        raise NotFound(f"“{name[:100]}” is not an action.")
+    queue = _queue(queue)
     back = _url("list", queue, action.state or "dead")
     if action.name in ("pause", "resume"):
         back = _url("changelist")
@@ -335,7 +360,7 @@ def act(request: HttpRequest, site: AdminSite, queue: str) -> HttpResponse:
     try:
         _perform(request, queue, action, ids, delay_ms)
     except DelayQueueError as exc:
-        messages.error(request, f"{action.label} failed: {exc}")
+        messages.error(request, f"{action.label} failed: {shown_error(exc)}")
     return HttpResponseRedirect(target)
 
 
