@@ -256,8 +256,8 @@ def translate(exc: BaseException) -> DelayQueueError:
     for code, error in _REPLY_ERRORS.items():
         if text.startswith(code) or isinstance(exc, _KNOWN.get(code, ())):
             return error(f"Redis at {safe_url()} refused the command ({code}): {text}")
-    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
-        return RedisPermissionDenied(f"Redis at {safe_url()} refused the credentials: {text}")
+    if "can't run this command" in text or "no permissions to access" in text:
+        return RedisPermissionDenied(f"Redis at {safe_url()} refused the command (NOPERM): {text}")
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
         return RedisUnavailable(
             f"Redis at {safe_url()} did not answer ({text}); nothing was changed if the "

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.test import override_settings
 
 import delayqueue
-from delayqueue import RedisUnavailable, connection
+from delayqueue import RedisPermissionDenied, RedisUnavailable, connection
 from delayqueue.celery import run_job
 from delayqueue.worker import DelayWorker
 from tests import jobs
@@ -156,7 +156,7 @@ def test_acl_user_without_a_needed_command_gets_a_clear_error(server):
     admin: redis.Redis = server["admin"]
     admin.execute_command("ACL", "SETUSER", "weak", "reset", "on", f">{PASSWORD}", "~dq:*", "+sadd")
     with using(f"redis://weak:{PASSWORD}@127.0.0.1:{server['srv'].port}/0"):
-        with pytest.raises(redis.exceptions.NoPermissionError, match="evalsha"):
+        with pytest.raises(RedisPermissionDenied, match="NOPERM.*evalsha"):
             jobs.record.delay_for("x", seconds=30, on_commit=False)
     admin.execute_command("ACL", "LOG", "RESET")
 
