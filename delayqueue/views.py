@@ -22,14 +22,16 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError as RedisClientError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue import browse, operations
 from delayqueue import dashboard as dashboard_queries
 from delayqueue.admin_actions import ACTIONS, STATE_LABELS, Action, perform
 from delayqueue.conf import get_config
 from delayqueue.display import Moment
-from delayqueue.errors import DelayQueueError
+from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.job_detail import job_detail as read_job
 from delayqueue.keys import JOB_ID
 from delayqueue.models import DelayedJob
@@ -101,11 +103,15 @@ def guarded(view: View[P]) -> View[P]:
             return view(request, site, *args, **kwargs)
         except NotFound as exc:
             return _render(request, site, "problem.html", "Not found", 404, problem=str(exc))
-        except (DelayQueueError, RedisError) as exc:
-            problem = shown_error(exc)
-            if isinstance(exc, RedisError):
-                problem = f"Redis refused the request: {problem}"
-            return _render(request, site, "problem.html", "Redis unavailable", 503, problem=problem)
+        except (DelayQueueError, RedisClientError) as exc:
+            if isinstance(exc, RedisUnavailable | RedisConnectionError | RedisTimeoutError):
+                title = "Redis unavailable"
+            elif isinstance(exc, RedisClientError) or type(exc).__name__.startswith("Redis"):
+                title = "Redis refused the request"
+            else:
+                title = "Delayed jobs error"
+            problem = f"{title}: {shown_error(exc)}"
+            return _render(request, site, "problem.html", title, 503, problem=problem)
 
     return wrapper
 

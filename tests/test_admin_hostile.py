@@ -482,3 +482,38 @@ def test_inflight_job_pages_link_every_job(admin_client, r):
     job = make_inflight("f")
     page = text(admin_client.get(url("list", Q, "inflight")))
     assert url("job", Q, job.id) in page
+
+
+# ---- Redis refusing ---------------------------------------------------------------------
+
+
+def _refusals() -> list[Exception]:
+    from delayqueue import errors
+
+    found: list[Exception] = [
+        redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+        redis.exceptions.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+        redis.exceptions.NoPermissionError("this user has no permissions to run the 'zcard'"),
+        redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"),
+        errors.DelayQueueError("a Redis script failed: ERR something"),
+    ]
+    for name in ("RedisOutOfMemory", "RedisReadOnly", "RedisPermissionDenied", "RedisLoading"):
+        if hasattr(errors, name):
+            found.append(getattr(errors, name)(f"{name}: refused"))
+    return found
+
+
+@pytest.mark.parametrize("refusal", _refusals(), ids=lambda e: type(e).__name__)
+def test_redis_refusing_is_a_clean_503_on_every_page(admin_client, r, monkeypatch, refusal):
+    job = schedule("a")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise refusal
+
+    monkeypatch.setattr("delayqueue.browse.Reads.run", refuse)
+    monkeypatch.setattr("delayqueue.job_detail.Reads.run", refuse)
+    for page in (url("changelist"), url("list", Q, "dead"), url("job", Q, job.id)):
+        response = admin_client.get(page)
+        assert response.status_code == 503, page
+        assert "Back to the delayed jobs dashboard" in text(response)
+        assert str(refusal)[:20] in text(response).replace("&#x27;", "'")
