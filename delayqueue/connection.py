@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from typing import Any
@@ -27,6 +26,7 @@ from delayqueue.errors import (
     RedisUnavailable,
 )
 from delayqueue.keys import GlobalKeys, QueueKeys
+from delayqueue.redaction import redact_url
 from delayqueue.scripts import Scripts
 
 STATS_TTL_SECONDS = 2 * 3600 + 300
@@ -273,21 +273,6 @@ _KNOWN: dict[str, type[BaseException] | tuple[type[BaseException], ...]] = {
     "LOADING": redis.exceptions.BusyLoadingError,
 }
 
-# Query parameters whose value is a secret, in any URL form redis-py or kombu takes.
-_SECRET_PARAMS = re.compile(
-    r"((?:^|[?&;])(?:password|passwd|pass|pwd|secret|token|auth|username|user|"
-    r"ssl_keyfile_password|sentinel_password)=)[^&;#]*",
-    re.IGNORECASE,
-)
-_USERINFO = re.compile(r"(://)[^/;?#]*@")  # greedy: a password may hold a raw "@"
-
-
-def redact_url(url: object) -> str:
-    """A Redis URL fit to show: userinfo and secret query parameters replaced by ``***``,
-    in every host of a sentinel URL (``sentinel://:pw@h1;sentinel://:pw@h2``)."""
-    text = _USERINFO.sub(r"\1***@", str(url))
-    return _SECRET_PARAMS.sub(r"\1***", text)
-
 
 def safe_url() -> str:
-    return redact_url(get_config()["REDIS_URL"])
+    return redact_url(str(get_config()["REDIS_URL"]))
