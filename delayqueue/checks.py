@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS
+from delayqueue.connection import client_from_url
 from delayqueue.errors import InvalidOption
 from delayqueue.validators import SETTING_VALIDATORS
 
@@ -43,6 +44,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="delayqueue.E003",
             )
         )
+    if url is not None and not messages_about(messages, "delayqueue.E003"):
+        try:
+            client_from_url(str(url))
+        except InvalidOption as exc:
+            messages.append(
+                Error(
+                    f"DELAYQUEUE['REDIS_URL']: {exc}.",
+                    hint="Query parameters are redis-py's connection options "
+                    "(socket_timeout, ssl_ca_certs, ...); see redis.Redis.from_url.",
+                    id="delayqueue.E007",
+                )
+            )
     for name, validate in SETTING_VALIDATORS.items():
         try:
             validate(config[name])
@@ -95,3 +108,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+def messages_about(messages: list[CheckMessage], check_id: str) -> bool:
+    return any(message.id == check_id for message in messages)

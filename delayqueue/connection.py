@@ -17,6 +17,7 @@ from redis.exceptions import NoScriptError
 from delayqueue.conf import get_config
 from delayqueue.errors import (
     DelayQueueError,
+    InvalidOption,
     RedisError,
     RedisLoading,
     RedisMisconfigured,
@@ -41,13 +42,24 @@ _direct: DirectConnections | None = None
 
 def _make_client(*, decode: bool) -> Redis:
     config = get_config()
-    return Redis.from_url(
+    return client_from_url(
         config["REDIS_URL"],
         decode_responses=decode,
         socket_timeout=config["SOCKET_TIMEOUT"],
         socket_connect_timeout=config["SOCKET_TIMEOUT"],
         health_check_interval=30,
     )
+
+
+def client_from_url(url: str, **options: Any) -> Redis:
+    """A client for ``url``, or InvalidOption when redis-py cannot make a connection of it
+    (an unknown query parameter, a bad port): said at once, not at the first command."""
+    try:
+        client = Redis.from_url(url, **options)
+        client.connection_pool.make_connection()  # builds it without connecting
+    except (TypeError, ValueError) as exc:
+        raise InvalidOption(f"REDIS_URL {redact_url(str(url))} is not usable: {exc}") from None
+    return client
 
 
 def get_redis() -> Redis:
