@@ -239,8 +239,9 @@ def test_replace_of_a_job_back_from_a_failure_keeps_its_history(r: redis.Redis) 
     begin("A", token)
     assert fail("A", token, backoff_ms=60_000) == "retry"
     enqueue("B", 0, "k", "replace", "kwargs", '{"n":2}')
-    assert r.hget(Q.job("A"), "task") is None  # the spec lives in one place: the specs hash
-    assert job(r, "A")["kwargs"] == '{"n":2}' and job(r, "A")["att"] == "1"
+    # A job that has a hash keeps its spec there: no packed spec beside it.
+    assert not r.hexists(Q.specs, "A") and r.hget(Q.job("A"), "kwargs") == '{"n":2}'
+    assert job(r, "A")["att"] == "1" and job(r, "A")["key"] == "k"
     _, _, attempt, _, _, kwargs = claim()[4][0]
     assert (attempt, kwargs) == (2, '{"n":2}')
     assert json.loads(job(r, "A")["hist"])[0]["outcome"] == "failed"

@@ -4,6 +4,8 @@
 --   task, args JSON, kwargs JSON or "", max attempts or "", visibility ms or "", dedupe key
 -- Compact JSON holds no raw newline and task names are checked for one, so only the key,
 -- which is last, may contain "\n". claim.lua unpacks the spec into the job's hash.
+-- A job that has a hash (it was claimed at least once) keeps its spec fields there, never
+-- in the specs hash: only a job that was never claimed has a packed spec.
 local SPEC_FIELDS = {'task', 'args', 'kwargs', 'max', 'vt', 'key'}
 
 -- The spec's six fields, or nil when it is malformed.
@@ -19,25 +21,32 @@ local function split_spec(spec)
   return parts
 end
 
--- Moves job `id`'s packed spec (if any) from the specs hash into its job hash. Returns
--- true when it moved, false when there was none, nil when it was malformed (then kept in
--- the job hash as 'raw', for people to look at).
+-- Writes a split spec into job hash `job` (which must be a hash or missing): its non-empty
+-- fields are set, its empty ones deleted, so nothing of an older spec stays behind.
+local function write_spec(job, parts)
+  local set, gone = {}, {}
+  for i, value in ipairs(parts) do
+    if value ~= '' then
+      set[#set + 1] = SPEC_FIELDS[i]
+      set[#set + 1] = value
+    else
+      gone[#gone + 1] = SPEC_FIELDS[i]
+    end
+  end
+  if #set > 0 then redis.call('HSET', job, unpack(set)) end
+  if #gone > 0 then redis.call('HDEL', job, unpack(gone)) end
+end
+
+-- Moves job `id`'s packed spec (if any) from the specs hash into its job hash (which must
+-- be a hash or missing), hash first. Returns true when it moved, false when there was none,
+-- nil when it was malformed (then kept in the job hash as 'raw', for people to look at).
 local function unpack_spec(specs, job, id)
   local spec = redis.call('HGET', specs, id)
   if not spec then return false end
-  redis.call('HDEL', specs, id)
   local parts = split_spec(spec)
-  if not parts or spec == '\n\n\n\n\n' then
-    redis.call('HSET', job, 'raw', spec)
-    return nil
-  end
-  local fields = {}
-  for i, value in ipairs(parts) do
-    if value ~= '' then
-      fields[#fields + 1] = SPEC_FIELDS[i]
-      fields[#fields + 1] = value
-    end
-  end
-  redis.call('HSET', job, unpack(fields))
-  return true
+  local ok = parts and spec ~= '\n\n\n\n\n'
+  if ok then write_spec(job, parts) else redis.call('HSET', job, 'raw', spec) end
+  redis.call('HDEL', specs, id)
+  if ok then return true end
+  return nil
 end

@@ -5,17 +5,37 @@
 -- KEYS[4] dedupe hash                   dq:{Q}:keys
 -- KEYS[5] this minute's stats hash      dq:{Q}:stats:<minute>
 -- KEYS[6] dead zset                     dq:{Q}:dead       (a job reaped to dead while it ran)
+-- KEYS[7] specs hash, optional          dq:{Q}:specs      (data older than the rule that a
+--         job with a hash has no packed spec may have both: the spec goes too, and its key)
 -- ARGV[1] job id
 -- ARGV[2] fencing token
 -- ARGV[3] stats ttl seconds
 -- Returns 1 when acked, 0 when the token is stale or the job is gone.
-local f = redis.call('HMGET', KEYS[1], 'tok', 'key')
-if f[1] ~= ARGV[2] then return 0 end
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[6], ARGV[1])
-if f[2] and redis.call('HGET', KEYS[4], f[2]) == ARGV[1] then redis.call('HDEL', KEYS[4], f[2]) end
+-- #include _guard.lua
+-- #include _spec.lua
+local ttl = number_in(ARGV[3], 1, 1e9)
+if not ttl then return redis.error_reply('ERR ack: ARGV[3] is a stats ttl in seconds') end
+local specs = KEYS[7]
+local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[6], 'zset',
+                        specs or KEYS[4], 'hash'})
+if bad then return bad end
+-- A job key that is not a hash holds no token: nothing to ack (reap sends it to dead).
+local f = hash_fields(KEYS[1], 'tok', 'key')
+if not f or f[1] ~= ARGV[2] then return 0 end
+local id = ARGV[1]
+local keys = {}
+if f[2] then keys[1] = f[2] end
+if specs then
+  local parts = split_spec(redis.call('HGET', specs, id) or '')
+  if parts and parts[6] ~= '' then keys[#keys + 1] = parts[6] end
+end
+for _, key in ipairs(keys) do
+  if redis.call('HGET', KEYS[4], key) == id then redis.call('HDEL', KEYS[4], key) end
+end
+if specs then redis.call('HDEL', specs, id) end
+redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', KEYS[3], id)
+redis.call('ZREM', KEYS[6], id)
 redis.call('DEL', KEYS[1])
-redis.call('HINCRBY', KEYS[5], 'acked', 1)
-redis.call('EXPIRE', KEYS[5], tonumber(ARGV[3]))
+count_stat(KEYS[5], 'acked', 1, ttl)
 return 1

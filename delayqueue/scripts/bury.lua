@@ -12,17 +12,41 @@
 -- ARGV[2] reason
 -- ARGV[3] stats ttl seconds
 -- Returns 1 when the job moved to dead, 0 when it was neither scheduled nor in flight.
+-- #include _guard.lua
 -- #include _spec.lua
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local id = ARGV[1]
-local moved = redis.call('ZREM', KEYS[2], id) + redis.call('ZREM', KEYS[3], id)
-if moved == 0 then return 0 end
-unpack_spec(KEYS[7], KEYS[1], id)
-local key = redis.call('HGET', KEYS[1], 'key')
-if key and redis.call('HGET', KEYS[5], key) == id then redis.call('HDEL', KEYS[5], key) end
+local ttl = number_in(ARGV[3], 1, 1e9)
+if not ttl then return redis.error_reply('ERR bury: ARGV[3] is a stats ttl in seconds') end
+local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash',
+                        KEYS[7], 'hash'})
+if bad then return bad end
+if not (redis.call('ZSCORE', KEYS[2], id) or redis.call('ZSCORE', KEYS[3], id)) then
+  return 0
+end
+local f = hash_fields(KEYS[1], 'key')
+local spec = redis.call('HGET', KEYS[7], id)
+local parts = spec and split_spec(spec)
+if spec == '\n\n\n\n\n' then parts = nil end
+-- The job's key: its packed spec's when it has one (the current spec), else its hash's.
+local keys = {}
+if f and f[1] then keys[#keys + 1] = f[1] end
+if parts and parts[6] ~= '' then keys[#keys + 1] = parts[6] end
+
+-- Writes: the job's hash, then dead, then its removal from where it was.
+if not f then replace_foreign(KEYS[1], ARGV[2]) end
+if parts then
+  write_spec(KEYS[1], parts)
+elseif spec then  -- kept for people to look at
+  redis.call('HSET', KEYS[1], f and 'raw' or 'raw_spec', spec)
+end
+if spec then redis.call('HDEL', KEYS[7], id) end
 redis.call('HSET', KEYS[1], 'why', ARGV[2], 'err', ARGV[2])
+for _, key in ipairs(keys) do
+  if redis.call('HGET', KEYS[5], key) == id then redis.call('HDEL', KEYS[5], key) end
+end
 redis.call('ZADD', KEYS[4], now, id)
-redis.call('HINCRBY', KEYS[6], 'dead', 1)
-redis.call('EXPIRE', KEYS[6], tonumber(ARGV[3]))
+redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', KEYS[3], id)
+count_stat(KEYS[6], 'dead', 1, ttl)
 return 1

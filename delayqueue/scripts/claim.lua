@@ -1,4 +1,6 @@
 -- claim: scheduled -> inflight for a batch of due jobs, each with a fresh fencing token.
+-- A job whose data cannot run (missing, malformed, a field out of bounds, a key that is not
+-- a hash, a due time past year 9999) goes to dead with a reason instead.
 -- KEYS[1] scheduled zset                dq:{Q}:scheduled
 -- KEYS[2] inflight zset                 dq:{Q}:inflight
 -- KEYS[3] job hash prefix               dq:{Q}:job:
@@ -13,60 +15,111 @@
 -- ARGV[3] stats ttl seconds
 -- Returns {now ms, next due ms or -1, next deadline ms or -1, paused 0|1,
 --          {{id, token, attempt, task, args json, kwargs json or ""}, ...}}
+-- #include _guard.lua
 -- #include _spec.lua
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
+local limit = number_in(ARGV[1], 0, 1e6)
+local default_vt = number_in(ARGV[2], 0, MAX_VT_MS)
+local ttl = number_in(ARGV[3], 1, 1e9)
+if not (limit and default_vt and ttl) then
+  return redis.error_reply('ERR claim: ARGV is a limit, a visibility ms and a stats ttl')
+end
+local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[6], 'zset', KEYS[7], 'hash'})
+if bad then return bad end
 
+-- The head's score as an integer within the bounds of a time (a stray -inf or +inf score
+-- is not a time the worker can sleep until), or -1 when the zset is empty.
 local function head_score(zset)
   local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
-  if head[2] then return tonumber(head[2]) end
-  return -1
+  if not head[2] then return -1 end
+  local score = tonumber(head[2])
+  if score ~= score then return now end
+  return math.floor(math.max(MIN_TIME_MS, math.min(MAX_TIME_MS, score)))
 end
 
 if redis.call('EXISTS', KEYS[4]) == 1 then
   return {now, -1, head_score(KEYS[2]), 1, {}}
 end
 
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-local claimed, deadlines = {}, {}
--- A counter HINCRBY refuses would abort the script at this job on every pass, and so stop
--- the whole queue: such a job goes to dead instead.
-local function counter_ok(value)
-  return not value or (#value < 16 and string.match(value, '^%-?%d+$') ~= nil)
+-- Due jobs, and jobs due after year 9999 (no time delayqueue writes: corrupt, to dead).
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+local far = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', MAX_TIME_MS),
+                       '+inf', 'LIMIT', 0, limit)
+
+-- What claiming job `id` would do, from reads only: {ok = true, ...} or {why = reason, ...}.
+local function examine(id, far_due)
+  local job = KEYS[3] .. id
+  local f = hash_fields(job, 'task', 'args', 'kwargs', 'max', 'vt', 'key', 'tok', 'att', 'rp')
+  local spec = redis.call('HGET', KEYS[7], id)
+  local plan = {id = id, job = job, spec = spec, foreign = not f}
+  if spec then
+    plan.parts = split_spec(spec)
+    if spec == '\n\n\n\n\n' then plan.parts = nil end
+  end
+  if not f then
+    plan.why = 'corrupt job data: its Redis key is a ' .. key_type(job) .. ', not a hash'
+    return plan
+  end
+  if spec and not plan.parts then
+    plan.why = 'corrupt job data: its packed spec has fewer than 6 fields'
+    return plan
+  end
+  if plan.parts then  -- the packed spec is the job's current spec
+    for i = 1, 6 do f[i] = plan.parts[i] ~= '' and plan.parts[i] end
+  end
+  if far_due then
+    plan.why = 'corrupt job data: its due time is after year 9999'
+  elseif not (f[1] and f[2]) then
+    plan.why = 'job data missing or incomplete in Redis'
+  elseif f[5] and not number_in(f[5], 1, MAX_VT_MS) then
+    plan.why = 'corrupt job data: vt is not a number of ms from 1 to 10^12'
+  elseif not max_attempts(f[4], 1) then
+    plan.why = 'corrupt job data: max is not an integer from 1 to 10^9'
+  elseif not (counter(f[7]) and counter(f[8]) and counter(f[9])) then
+    plan.why = 'corrupt job data: tok, att or rp is not an integer'
+  else
+    plan.ok = true
+    plan.fields = f
+  end
+  return plan
 end
 
-for _, id in ipairs(ids) do
-  local job = KEYS[3] .. id
-  local unpacked = unpack_spec(KEYS[7], job, id)
-  local f = redis.call('HMGET', job, 'task', 'args', 'kwargs', 'vt', 'tok', 'att', 'rp')
-  if unpacked == nil then
-    redis.call('HSET', job, 'why', 'corrupt job data: its packed spec has fewer than 6 fields')
-    redis.call('ZADD', KEYS[6], now, id)
-  elseif f[1] and f[2] and not (counter_ok(f[5]) and counter_ok(f[6])) then
-    redis.call('HSET', job, 'why', 'corrupt job data: tok or att is not an integer')
-    redis.call('ZADD', KEYS[6], now, id)
-  elseif f[1] and f[2] then
+local plans = {}
+for _, id in ipairs(ids) do plans[#plans + 1] = examine(id, false) end
+for _, id in ipairs(far) do plans[#plans + 1] = examine(id, true) end
+
+-- Writes, in an order that cannot lose a job: its hash first, then the zset it goes to,
+-- and only then its removal from scheduled.
+local claimed, deadlines, buried, gone = {}, {}, {}, {}
+for _, plan in ipairs(plans) do
+  local id, job = plan.id, plan.job
+  if plan.foreign then replace_foreign(job, plan.why) end
+  if plan.parts then
+    write_spec(job, plan.parts)
+  elseif plan.spec then  -- kept for people to look at
+    redis.call('HSET', job, plan.foreign and 'raw_spec' or 'raw', plan.spec)
+  end
+  if plan.spec then redis.call('HDEL', KEYS[7], id) end
+  if plan.ok then
+    local f = plan.fields
     local token = redis.call('HINCRBY', job, 'tok', 1)
     local attempt = redis.call('HINCRBY', job, 'att', 1)
     -- Each earlier dispatch that timed out before its task even started (lost, or stuck
     -- behind a Celery backlog) doubles the time this one gets: no re-dispatch storm.
-    local redispatched = math.min(tonumber(f[7]) or 0, 5)
-    local deadline = now + (tonumber(f[4]) or tonumber(ARGV[2])) * 2 ^ redispatched
+    local redispatched = math.max(0, math.min(counter(f[9]), 5))
+    local deadline = now + (tonumber(f[5]) or default_vt) * 2 ^ redispatched
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
     claimed[#claimed + 1] = {id, token, attempt, f[1], f[2], f[3] or ''}
   else
-    -- Not a job delayqueue wrote (hash missing or incomplete): keep it where people look.
-    redis.call('HSET', job, 'why', 'job data missing or incomplete in Redis')
-    redis.call('ZADD', KEYS[6], now, id)
+    if not plan.foreign then redis.call('HSET', job, 'why', plan.why) end
+    buried[#buried + 1] = now
+    buried[#buried + 1] = id
   end
+  gone[#gone + 1] = id
 end
-if #ids > 0 then
-  redis.call('ZREM', KEYS[1], unpack(ids))
-end
-if #deadlines > 0 then
-  redis.call('ZADD', KEYS[2], unpack(deadlines))
-  redis.call('HINCRBY', KEYS[5], 'dispatched', #claimed)
-  redis.call('EXPIRE', KEYS[5], tonumber(ARGV[3]))
-end
+chunked('ZADD', KEYS[2], deadlines, 2)
+chunked('ZADD', KEYS[6], buried, 2)
+chunked('ZREM', KEYS[1], gone, 1)
+if #claimed > 0 then count_stat(KEYS[5], 'dispatched', #claimed, ttl) end
 return {now, head_score(KEYS[1]), head_score(KEYS[2]), 0, claimed}

@@ -12,15 +12,40 @@
 -- ARGV[3..] per job, 6 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
 --           packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
+-- ("created" with the state the job is in now when this call was sent again after the job
+-- was claimed: a job that has a hash is not written again.)
+-- Every argument of every job is checked before the first write: a bad one fails the call
+-- and writes nothing.
+-- #include _guard.lua
 -- #include _spec.lua
 local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  if not now then now = now_ms() end
   return now
 end
+
+local horizon = number_in(ARGV[2], 0, MAX_TIME_MS)
+if not horizon or (#ARGV - 2) % 6 ~= 0 then
+  return redis.error_reply('ERR enqueue: ARGV is a wake channel, a horizon ms, then 6 per job')
+end
+for i = 3, #ARGV, 6 do
+  local mode, ms, conflict = ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]
+  local due
+  if mode == 'delay' then
+    due = number_in(ms, 0, MAX_TIME_MS)
+    if due then due = number_in(clock() + due, MIN_TIME_MS, MAX_TIME_MS) end
+  elseif mode == 'at' then
+    due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
+  end
+  if ARGV[i] == '' or not due or (conflict ~= 'keep' and conflict ~= 'replace')
+      or not split_spec(ARGV[i + 5]) then
+    return redis.error_reply('ERR enqueue: job ' .. (i - 1) / 6 .. ' has a bad id, mode, ms '
+                             .. '(a time between years 1 and 9999), conflict or spec')
+  end
+end
+local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[5], 'hash'})
+if bad then return bad end
+
 local earliest, earliest_id  -- the job this call wrote that sorts first
 
 local function wrote(id, due)
@@ -35,24 +60,42 @@ local function enqueue(id, mode, ms, key, conflict, spec)
   if key ~= '' then
     local existing = redis.call('HGET', KEYS[3], key)
     if existing and existing ~= id then  -- (the same id: this call sent again)
-      local score = redis.call('ZSCORE', KEYS[1], existing)
+      local job = KEYS[4] .. existing
+      local job_type = key_type(job)
+      -- A job whose key holds something else than a hash is not one to keep or to write
+      -- into: claim sends it to dead, and the new job takes the key.
+      local foreign = job_type ~= 'hash' and job_type ~= 'none'
+      local score = not foreign and redis.call('ZSCORE', KEYS[1], existing)
       if score then
         if conflict == 'keep' then return {existing, score, 'kept', 'scheduled'} end
-        -- The new spec replaces the old one wherever it was (a job back from a failed
-        -- attempt has it in its hash, beside the attempts and history it keeps).
-        redis.call('HDEL', KEYS[4] .. existing, unpack(SPEC_FIELDS))
-        redis.call('HSET', KEYS[5], existing, spec)
+        -- The new spec replaces the old one where the job keeps it: in its hash once it
+        -- was claimed (beside the attempts and history it keeps), else in the specs hash.
+        if job_type == 'hash' then
+          write_spec(job, split_spec(spec))
+          redis.call('HDEL', KEYS[5], existing)
+        else
+          redis.call('HSET', KEYS[5], existing, spec)
+        end
         redis.call('ZADD', KEYS[1], due, existing)
         wrote(existing, due)
         return {existing, due, 'replaced', 'scheduled'}
       end
-      local deadline = redis.call('ZSCORE', KEYS[2], existing)
+      local deadline = job_type == 'hash' and redis.call('ZSCORE', KEYS[2], existing)
       if deadline and conflict == 'keep' then
         return {existing, deadline, 'kept', 'inflight'}
       end
     end
-    redis.call('HSET', KEYS[3], key, id)
   end
+  -- This very call, sent again after its job was claimed (it has a hash): a spec is not
+  -- written beside the hash, nor is the job put back.
+  if redis.call('EXISTS', KEYS[4] .. id) == 1 then
+    local at = redis.call('ZSCORE', KEYS[2], id)
+    if at then return {id, at, 'created', 'inflight'} end
+    at = redis.call('ZSCORE', KEYS[1], id)
+    if at then return {id, at, 'created', 'scheduled'} end
+    return {id, due, 'created', 'dead'}
+  end
+  if key ~= '' then redis.call('HSET', KEYS[3], key, id) end
   redis.call('HSET', KEYS[5], id, spec)
   redis.call('ZADD', KEYS[1], due, id)
   wrote(id, due)
@@ -67,7 +110,7 @@ end
 
 -- A job written here is now the earliest and due soon: wake the workers sleeping until the
 -- old head. (Among jobs due at the same ms the zset sorts by id, and so does wrote().)
-if earliest and earliest < clock() + tonumber(ARGV[2])
+if earliest and earliest < clock() + horizon
     and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == earliest_id then
   redis.call('PUBLISH', ARGV[1], earliest)
 end

@@ -1,5 +1,5 @@
 -- fail: inflight -> scheduled (after a backoff) or dead (attempts used up), after the task
--- raised. A stale token changes nothing.
+-- raised. A stale token changes nothing. A job whose att or max is corrupt goes to dead.
 -- KEYS[1] job hash                      dq:{Q}:job:<id>
 -- KEYS[2] inflight zset                 dq:{Q}:inflight
 -- KEYS[3] scheduled zset                dq:{Q}:scheduled
@@ -7,6 +7,8 @@
 -- KEYS[5] dedupe hash                   dq:{Q}:keys
 -- KEYS[6] this minute's stats hash      dq:{Q}:stats:<minute>
 -- KEYS[7] job hash prefix               dq:{Q}:job:   (to trim the oldest dead jobs)
+-- KEYS[8] specs hash, optional          dq:{Q}:specs  (data older than the rule that a job
+--         with a hash has no packed spec may have both: then the spec is the current one)
 -- ARGV[1] job id
 -- ARGV[2] fencing token
 -- ARGV[3] backoff ms before the next attempt
@@ -17,31 +19,58 @@
 -- ARGV[8] stats ttl seconds
 -- ARGV[9] wake channel
 -- Returns "retry", "dead" or "stale".
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- #include _guard.lua
+-- #include _spec.lua
+local now = now_ms()
 local id = ARGV[1]
-local f = redis.call('HMGET', KEYS[1], 'tok', 'att', 'max', 'key', 'hist')
-if f[1] ~= ARGV[2] then return 'stale' end
-local attempt = tonumber(f[2]) or 0
-local max = tonumber(f[3]) or tonumber(ARGV[6])
+local backoff = number_in(ARGV[3], 0, MAX_TIME_MS)
+local default_max = max_attempts(ARGV[6], nil)
+local dead_max = number_in(ARGV[7], 0, 1e12)
+local ttl = number_in(ARGV[8], 1, 1e9)
+if not (backoff and default_max and dead_max and ttl) then
+  return redis.error_reply('ERR fail: bad backoff, max attempts, dead max or stats ttl')
+end
+local specs = KEYS[8]
+local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash',
+                        specs or KEYS[5], 'hash'})
+if bad then return bad end
+-- A job key that is not a hash holds no token: stale here, and reap sends it to dead.
+local f = hash_fields(KEYS[1], 'tok', 'att', 'max', 'key', 'hist')
+if not f or f[1] ~= ARGV[2] then return 'stale' end
+local parts = specs and split_spec(redis.call('HGET', specs, id) or '')
+if parts then
+  f[3] = parts[4] ~= '' and parts[4]
+  f[4] = parts[6] ~= '' and parts[6]
+end
+local attempt = counter(f[2])
+local max = max_attempts(f[3], default_max)
+local why
+if not (attempt and max) then
+  why = 'corrupt job data: att or max is not an integer in bounds'
+elseif attempt >= max then
+  why = 'failed ' .. attempt .. ' of ' .. max .. ' attempts'
+end
+local due = now + backoff
+if not why and due > MAX_TIME_MS then why = 'its next due time would be after year 9999' end
 
-local ok, hist = pcall(cjson.decode, f[5] or '[]')
-if not ok or type(hist) ~= 'table' then hist = {} end
-hist[#hist + 1] = {at = now, attempt = attempt, outcome = 'failed', detail = ARGV[4]}
-while #hist > 20 do table.remove(hist, 1) end
-redis.call('HSET', KEYS[1], 'err', ARGV[4], 'tb', ARGV[5], 'hist', cjson.encode(hist))
-redis.call('ZREM', KEYS[2], id)
-redis.call('ZREM', KEYS[4], id)  -- reaped to dead while it ran: this outcome decides
-redis.call('HINCRBY', KEYS[6], 'failed', 1)
-redis.call('EXPIRE', KEYS[6], tonumber(ARGV[8]))
+local hist = history_with(f[5], {at = now, attempt = attempt or f[2], outcome = 'failed',
+                                 detail = ARGV[4]})
+-- Writes: the job's hash, the zset it goes to, then its removal from the others.
+redis.call('HSET', KEYS[1], 'err', ARGV[4], 'tb', ARGV[5], 'hist', hist)
+count_stat(KEYS[6], 'failed', 1, ttl)
 
-if attempt >= max then
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('HSET', KEYS[1], 'why', 'failed ' .. attempt .. ' of ' .. max .. ' attempts')
+if why then
+  if parts then  -- the job's current spec goes where a dead job keeps it
+    write_spec(KEYS[1], parts)
+    redis.call('HDEL', specs, id)
+  end
+  redis.call('HSET', KEYS[1], 'why', why)
   if f[4] and redis.call('HGET', KEYS[5], f[4]) == id then redis.call('HDEL', KEYS[5], f[4]) end
   redis.call('ZADD', KEYS[4], now, id)
-  redis.call('HINCRBY', KEYS[6], 'dead', 1)
-  local excess = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[7])
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+  count_stat(KEYS[6], 'dead', 1, ttl)
+  local excess = redis.call('ZCARD', KEYS[4]) - dead_max
   if excess > 0 then
     local popped = redis.call('ZPOPMIN', KEYS[4], math.min(excess, 10))
     for i = 1, #popped, 2 do redis.call('DEL', KEYS[7] .. popped[i]) end
@@ -49,8 +78,9 @@ if attempt >= max then
   return 'dead'
 end
 
-local due = now + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[3], due, id)
+redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', KEYS[4], id)  -- reaped to dead while it ran: this outcome decides
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)
 if head[1] == id then redis.call('PUBLISH', ARGV[9], due) end
 return 'retry'

@@ -9,25 +9,34 @@
 -- ARGV[4] 1 to give the attempt back, 0 to count it
 -- ARGV[5] reason, kept in the job's history
 -- ARGV[6] wake channel
--- Returns 1 when released, 0 when the job was not in flight (or the token is stale).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Returns 1 when released, 0 when the job was not in flight (or the token is stale, or its
+-- key is not a hash: reap sends such a job to dead).
+-- #include _guard.lua
+local now = now_ms()
 local id = ARGV[1]
-local f = redis.call('HMGET', KEYS[1], 'tok', 'att', 'hist')
-if ARGV[2] ~= '' and f[1] ~= ARGV[2] then return 0 end
-if redis.call('ZREM', KEYS[2], id) == 0 then return 0 end
-local attempt = tonumber(f[2]) or 0
-if ARGV[4] == '1' and attempt > 0 then
-  attempt = attempt - 1
-  redis.call('HSET', KEYS[1], 'att', attempt)
+local delay = number_in(ARGV[3], 0, MAX_TIME_MS)
+if not delay or (ARGV[4] ~= '0' and ARGV[4] ~= '1') or now + delay > MAX_TIME_MS then
+  return redis.error_reply('ERR release: ARGV[3] is a delay in ms, ARGV[4] 0 or 1')
 end
-local ok, hist = pcall(cjson.decode, f[3] or '[]')
-if not ok or type(hist) ~= 'table' then hist = {} end
-hist[#hist + 1] = {at = now, attempt = attempt, outcome = 'released', detail = ARGV[5]}
-while #hist > 20 do table.remove(hist, 1) end
-redis.call('HSET', KEYS[1], 'hist', cjson.encode(hist))
-local due = now + tonumber(ARGV[3])
+local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset'})
+if bad then return bad end
+local f = hash_fields(KEYS[1], 'tok', 'att', 'hist')
+if not f or (ARGV[2] ~= '' and f[1] ~= ARGV[2]) then return 0 end
+if not redis.call('ZSCORE', KEYS[2], id) then return 0 end
+-- A corrupt att is left as it is (the next claim sends the job to dead, with it to see).
+local attempt = counter(f[2])
+local set = {}
+if attempt and ARGV[4] == '1' and attempt > 0 then
+  attempt = attempt - 1
+  set = {'att', attempt}
+end
+set[#set + 1] = 'hist'
+set[#set + 1] = history_with(f[3], {at = now, attempt = attempt or f[2], outcome = 'released',
+                                    detail = ARGV[5]})
+redis.call('HSET', KEYS[1], unpack(set))
+local due = now + delay
 redis.call('ZADD', KEYS[3], due, id)
+redis.call('ZREM', KEYS[2], id)
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)
 if head[1] == id then redis.call('PUBLISH', ARGV[6], due) end
 return 1

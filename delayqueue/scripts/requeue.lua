@@ -1,4 +1,5 @@
--- requeue: dead -> scheduled with a fresh count of attempts ("retry" in the admin).
+-- requeue: dead -> scheduled with a fresh count of attempts and of dispatches that never
+-- started ("retry" in the admin).
 -- KEYS[1] job hash                      dq:{Q}:job:<id>
 -- KEYS[2] dead zset                     dq:{Q}:dead
 -- KEYS[3] scheduled zset                dq:{Q}:scheduled
@@ -7,18 +8,25 @@
 -- ARGV[2] delay ms before it is due
 -- ARGV[3] wake channel
 -- Returns 1 when requeued, 0 when the job is not dead, -1 when its data cannot run.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- #include _guard.lua
+local now = now_ms()
 local id = ARGV[1]
+local delay = number_in(ARGV[2], 0, MAX_TIME_MS)
+if not delay or now + delay > MAX_TIME_MS then
+  return redis.error_reply('ERR requeue: ARGV[2] is a delay in ms')
+end
+local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash'})
+if bad then return bad end
 if not redis.call('ZSCORE', KEYS[2], id) then return 0 end
-local f = redis.call('HMGET', KEYS[1], 'task', 'args', 'key')
-if not (f[1] and f[2]) then return -1 end
-redis.call('ZREM', KEYS[2], id)
+local f = hash_fields(KEYS[1], 'task', 'args', 'key')
+if not (f and f[1] and f[2]) then return -1 end
+-- Writes: the job's hash, then scheduled, then its removal from dead.
 redis.call('HSET', KEYS[1], 'att', 0)
-redis.call('HDEL', KEYS[1], 'why')
+redis.call('HDEL', KEYS[1], 'why', 'rp')
 if f[3] then redis.call('HSETNX', KEYS[4], f[3], id) end
-local due = now + tonumber(ARGV[2])
+local due = now + delay
 redis.call('ZADD', KEYS[3], due, id)
+redis.call('ZREM', KEYS[2], id)
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)
 if head[1] == id then redis.call('PUBLISH', ARGV[3], due) end
 return 1

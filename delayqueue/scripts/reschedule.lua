@@ -7,16 +7,27 @@
 -- ARGV[4] milliseconds
 -- ARGV[5] wake channel
 -- Returns {id, new due ms} or {id or "", -1} when the job is not scheduled.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- #include _guard.lua
+local now = now_ms()
+local due
+if ARGV[3] == 'delay' then
+  due = number_in(ARGV[4], 0, MAX_TIME_MS)
+  if due then due = number_in(now + due, MIN_TIME_MS, MAX_TIME_MS) end
+elseif ARGV[3] == 'at' then
+  due = number_in(ARGV[4], MIN_TIME_MS, MAX_TIME_MS)
+end
+if not due then
+  return redis.error_reply('ERR reschedule: ARGV[3] is "delay" or "at", ARGV[4] ms giving a '
+                           .. 'time between years 1 and 9999')
+end
+local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash'})
+if bad then return bad end
 local id = ARGV[1]
 if id == '' then
   id = redis.call('HGET', KEYS[2], ARGV[2])
   if not id then return {'', -1} end
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return {id, -1} end
-local due = tonumber(ARGV[4])
-if ARGV[3] == 'delay' then due = now + due end
 redis.call('ZADD', KEYS[1], 'XX', due, id)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0)
 if head[1] == id then redis.call('PUBLISH', ARGV[5], due) end
