@@ -39,7 +39,7 @@ from delayqueue.validators import (
 )
 
 OnConflict = Literal["keep", "replace"]
-State = Literal["pending", "scheduled", "inflight"]
+State = Literal["pending", "scheduled", "inflight", "dead"]
 
 
 @dataclass

@@ -28,7 +28,7 @@ ACL_COMMANDS = (
     "+ping +evalsha +script|load +time "
     "+hget +hmget +hset +hsetnx +hdel +hincrby "
     "+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zcard +zpopmin "
-    "+del +exists +expire +sadd +smembers +publish +subscribe"
+    "+del +exists +expire +type +get +sadd +smembers +publish +subscribe"
 )
 
 
