@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
 import redis
@@ -26,11 +25,11 @@ from delayqueue.errors import (
     RedisReadOnly,
     RedisUnavailable,
 )
+from delayqueue.keys import STATS_TTL_SECONDS as STATS_TTL_SECONDS
 from delayqueue.keys import GlobalKeys, QueueKeys
+from delayqueue.keys import current_minute as current_minute
 from delayqueue.redaction import redact_url
 from delayqueue.scripts import Scripts
-
-STATS_TTL_SECONDS = 2 * 3600 + 300
 
 _lock = threading.Lock()
 _client: Redis | None = None
@@ -222,10 +221,6 @@ def redis_now_ms(client: Redis | None = None) -> int:
     """Redis's clock (TIME) in epoch ms: the clock every script scores with."""
     seconds, micros = (client or get_redis()).time()
     return int(seconds) * 1000 + int(micros) // 1000
-
-
-def current_minute() -> int:
-    return int(time.time() // 60)
 
 
 class _RedisErrors:

@@ -109,7 +109,7 @@ def test_deeply_nested_data_in_redis_goes_to_dead_and_the_worker_goes_on(
     assert {job.id for job in result.claimed} == {"DEEP", other.id, good.id}
     assert worker.dispatched == 2
     assert r.zrange(Q.dead, 0, -1) == ["DEEP"]
-    assert "corrupt job data" in r.hget(Q.job("DEEP"), "why")
+    assert "corrupt job data" in str(r.hget(Q.job("DEEP"), "why"))
     assert r.zscore(queue_keys("other").inflight, other.id) is not None
 
 
@@ -185,7 +185,7 @@ def test_visibility_timeout_settings_and_flags_use_the_same_bounds() -> None:
 
 def test_a_small_visibility_timeout_is_stored_in_whole_ms(r: redis.Redis) -> None:
     job = delayqueue.enqueue(jobs.record, ["x"], delay=1, visibility_timeout=0.25, on_commit=False)
-    assert r.hget(Q.specs, job.id).split("\n")[4] == "250"
+    assert str(r.hget(Q.specs, job.id)).split("\n")[4] == "250"
 
 
 @pytest.mark.parametrize(
