@@ -12,16 +12,11 @@ from typing import Any
 from celery import Celery, Task, current_app
 from django.utils.module_loading import import_string
 
+from delayqueue import transitions
 from delayqueue.conf import get_config
-from delayqueue.connection import (
-    STATS_TTL_SECONDS,
-    current_minute,
-    get_scripts,
-    queue_keys,
-    redis_errors,
-    run_direct,
-)
-from delayqueue.errors import DelayQueueError, RedisUnavailable, UnknownTask
+from delayqueue.connection import queue_keys, run, run_direct
+from delayqueue.errors import DelayQueueError, UnknownTask
+from delayqueue.keys import JOB_ID, QUEUE_NAME, QueueKeys
 from delayqueue.validators import BACKOFF_MAX_SECONDS
 
 logger = logging.getLogger("delayqueue")
@@ -102,49 +97,33 @@ def run_job(
     """Run one dispatch of a job: skip it when its token is stale, ack it when ``call``
     returns, record the failure (retry or dead) when it raises, and re-raise."""
     queue, job_id, token = dispatch
+    if not _valid_dispatch(queue, job_id, token):
+        logger.warning("not a delayqueue dispatch (headers %r), not run", (queue, job_id, token))
+        return None
     keys = queue_keys(queue)
-    config = get_config()
-    scripts = get_scripts()
-    # begin and ack may run twice with the same arguments (run_direct sends a call again on
-    # a connection Redis dropped while it was idle): the second begin restarts the same
-    # deadline, the second ack finds the job gone.
-    with redis_errors():
-        started = run_direct(
-            scripts.begin,
-            [keys.job(job_id), keys.inflight],
-            [job_id, token, int(config["VISIBILITY_TIMEOUT"] * 1000)],
-        )
-    if not started[0]:
+    visibility_ms = int(get_config()["VISIBILITY_TIMEOUT"] * 1000)
+    # begin and ack are safe to resend (run_direct sends a call again on a connection Redis
+    # dropped while it was idle): the second begin restarts the same deadline, the second
+    # ack finds the job gone.
+    started = run_direct(transitions.begin(keys, job_id, token, visibility_ms=visibility_ms))
+    if not started.run:
         logger.warning("job %s on %s: stale dispatch (token %s), not run", job_id, queue, token)
         return None
-    attempt = int(started[1])
     try:
         result = call(*args, **kwargs)
     except Exception as exc:
-        _record_failure(keys, job_id, token, attempt, exc, backoff)
+        _record_failure(keys, job_id, token, started.attempt, exc, backoff)
         raise
     try:
-        with redis_errors():
-            run_direct(
-                scripts.ack,
-                [
-                    keys.job(job_id),
-                    keys.inflight,
-                    keys.scheduled,
-                    keys.dedupe,
-                    keys.stats(current_minute()),
-                    keys.dead,
-                ],
-                [job_id, token, STATS_TTL_SECONDS],
-            )
-    except RedisUnavailable:
+        run_direct(transitions.ack(keys, job_id, token))
+    except DelayQueueError:
         logger.exception("job %s ran but its ack failed; it will run again", job_id)
         raise
     return result
 
 
 def _record_failure(
-    keys: Any, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
+    keys: QueueKeys, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
 ) -> None:
     config = get_config()
     error = utf8_safe(f"{type(exc).__qualname__}: {_message(exc)}"[:2000])
@@ -153,30 +132,18 @@ def _record_failure(
     except Exception:  # an exception whose __str__ raises
         trace = error
     trace = utf8_safe(trace)
+    call = transitions.fail(
+        keys,
+        job_id,
+        token,
+        backoff_ms=backoff_ms(attempt, backoff),
+        error=error,
+        traceback=trace,
+        max_attempts=config["MAX_ATTEMPTS"],
+        dead_max=config["DEAD_MAX"],
+    )
     try:
-        with redis_errors():
-            outcome = get_scripts().fail(
-                [
-                    keys.job(job_id),
-                    keys.inflight,
-                    keys.scheduled,
-                    keys.dead,
-                    keys.dedupe,
-                    keys.stats(current_minute()),
-                    keys.job_prefix,
-                ],
-                [
-                    job_id,
-                    token,
-                    backoff_ms(attempt, backoff),
-                    error,
-                    trace,
-                    config["MAX_ATTEMPTS"],
-                    config["DEAD_MAX"],
-                    STATS_TTL_SECONDS,
-                    keys.wake,
-                ],
-            )
+        outcome = run(call)
     except DelayQueueError:
         logger.exception("job %s failed and the failure could not be recorded", job_id)
         return
@@ -199,3 +166,15 @@ def utf8_safe(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode()
     return text
+
+
+def _valid_dispatch(queue: str, job_id: str, token: str) -> bool:
+    """Whether message headers name a queue, a job id and a fencing token delayqueue could
+    have written (a message from elsewhere must not reach Redis as a key or argument)."""
+    return (
+        QUEUE_NAME.fullmatch(queue) is not None
+        and JOB_ID.fullmatch(job_id) is not None
+        and token.isascii()
+        and token.isdigit()
+        and len(token) < 16
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -30,6 +31,7 @@ from delayqueue.keys import GlobalKeys, QueueKeys
 from delayqueue.keys import current_minute as current_minute
 from delayqueue.redaction import redact_url
 from delayqueue.scripts import Scripts
+from delayqueue.transitions import ReplyT, ScriptCall
 
 _lock = threading.Lock()
 _client: Redis | None = None
@@ -113,6 +115,38 @@ def remember_queue(queue: str) -> None:
     if queue not in _known_queues:
         get_redis().sadd(global_keys().queues, queue)
         _known_queues.add(queue)
+
+
+def run(call: ScriptCall[ReplyT], client: Redis | None = None) -> ReplyT:
+    """Run one script call (EVALSHA, loading the script when Redis lost it) and read its
+    reply; Redis's errors as delayqueue's (see ``translate``)."""
+    script = get_scripts()[call.script]
+    with redis_errors():
+        reply = script(keys=call.keys, args=call.args, client=client or get_redis())
+    return call.parse(reply)
+
+
+def run_many(calls: Sequence[ScriptCall[Any]], client: Redis | None = None) -> list[Any]:
+    """Run many script calls in one round trip; each item of the result is the call's read
+    reply, or the DelayQueueError its script raised (the other calls still ran)."""
+    if not calls:
+        return []
+    scripts = get_scripts()
+    with redis_errors():
+        replies = run_pipelined([(scripts[c.script], c.keys, c.args) for c in calls], client)
+    return [
+        translate(reply) if isinstance(reply, Exception) else call.parse(reply)
+        for call, reply in zip(calls, replies, strict=True)
+    ]
+
+
+def run_all(calls: Sequence[ScriptCall[Any]], client: Redis | None = None) -> list[Any]:
+    """``run_many``, raising the first error instead of returning it."""
+    replies = run_many(calls, client)
+    for reply in replies:
+        if isinstance(reply, DelayQueueError):
+            raise reply
+    return replies
 
 
 def run_pipelined(
@@ -206,15 +240,20 @@ class DirectConnections:
         raise AssertionError("unreachable")
 
 
-def run_direct(script: Script, keys: list[str], args: list[Any]) -> Any:
+def run_direct(call: ScriptCall[ReplyT]) -> ReplyT:
     """One script call on a connection of ``DirectConnections`` (same server and settings
-    as ``get_redis()``)."""
+    as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
     global _direct
+    if not call.resend_safe:
+        raise ValueError(f"the {call.script} script is not safe to send twice")
     if _direct is None:
+        client = get_redis()  # before the lock, which get_redis() takes itself
         with _lock:
             if _direct is None:
-                _direct = DirectConnections(get_redis())
-    return _direct.run(script, keys, args)
+                _direct = DirectConnections(client)
+    with redis_errors():
+        reply = _direct.run(get_scripts()[call.script], call.keys, call.args)
+    return call.parse(reply)
 
 
 def redis_now_ms(client: Redis | None = None) -> int:

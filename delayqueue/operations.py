@@ -8,20 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from redis.commands.core import Script
-
+from delayqueue import transitions
 from delayqueue.conf import get_config
-from delayqueue.connection import (
-    get_raw_redis,
-    get_redis,
-    get_scripts,
-    queue_keys,
-    redis_errors,
-    run_pipelined,
-)
-from delayqueue.errors import DelayQueueError, InvalidDelay
+from delayqueue.connection import get_raw_redis, get_redis, queue_keys, redis_errors, run, run_all
+from delayqueue.errors import InvalidDelay
 from delayqueue.keys import check_job_id, check_queue_name
 
 RETRY_CHUNK = 500
@@ -48,20 +39,6 @@ class BulkResult:
     unrunnable: int = 0
 
 
-Call = tuple[Script, list[str], list[Any]]
-
-
-def _run(calls: list[Call]) -> list[Any]:
-    if not calls:
-        return []
-    with redis_errors():
-        replies = run_pipelined(calls)
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise DelayQueueError(f"a Redis script failed: {reply}")
-    return replies
-
-
 def _ids(ids: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(check_job_id(i) for i in ids))
 
@@ -83,15 +60,11 @@ def reschedule(queue: str, ids: Sequence[str], delay_ms: int) -> ActionResult:
     max_ms = int(get_config()["MAX_DELAY"]) * 1000
     if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or not 0 <= delay_ms <= max_ms:
         raise InvalidDelay(f"a delay must be 0 to {max_ms} ms, not {delay_ms!r}")
-    script = get_scripts().reschedule
-    replies = _run(
-        [
-            (script, [keys.scheduled, keys.dedupe], [i, "", "delay", delay_ms, keys.wake])
-            for i in ids
-        ]
+    replies = run_all(
+        [transitions.reschedule(keys, job_id=i, mode="delay", ms=delay_ms) for i in ids]
     )
     action = "run now" if delay_ms == 0 else "reschedule"
-    return _sorted(action, ids, [int(reply[1]) >= 0 for reply in replies])
+    return _sorted(action, ids, [reply.due_ms is not None for reply in replies])
 
 
 def run_now(queue: str, ids: Sequence[str]) -> ActionResult:
@@ -103,10 +76,8 @@ def cancel(queue: str, ids: Sequence[str]) -> ActionResult:
     """Scheduled jobs -> gone."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    script = get_scripts().cancel
-    cancel_keys = [keys.scheduled, keys.dedupe, keys.job_prefix, keys.specs]
-    replies = _run([(script, cancel_keys, [i, ""]) for i in ids])
-    return _sorted("cancel", ids, [int(reply[0]) == 1 for reply in replies])
+    replies = run_all([transitions.cancel(keys, job_id=i) for i in ids])
+    return _sorted("cancel", ids, [reply.removed for reply in replies])
 
 
 # ---- in-flight jobs ---------------------------------------------------------------------
@@ -117,53 +88,28 @@ def force_back(queue: str, ids: Sequence[str], reason: str) -> ActionResult:
     attempt counts. A dispatch still running keeps its token and may still ack the job."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    script = get_scripts().release
-    replies = _run(
+    replies = run_all(
         [
-            (
-                script,
-                [keys.job(i), keys.inflight, keys.scheduled],
-                [i, "", 0, 0, reason[:500], keys.wake],
-            )
+            transitions.release(keys, i, delay_ms=0, give_back=False, reason=reason[:500])
             for i in ids
         ]
     )
-    return _sorted("force back", ids, [int(reply) == 1 for reply in replies])
+    return _sorted("force back", ids, replies)
 
 
 # ---- dead jobs --------------------------------------------------------------------------
-
-
-def _requeue_calls(keys: Any, ids: Sequence[str | bytes]) -> list[Call]:
-    """Requeue calls for dead ids: job ids, or members read as bytes (which may be any bytes:
-    a corrupt member stays dead as unrunnable instead of failing the whole action)."""
-    script = get_scripts().requeue
-    return [
-        (
-            script,
-            [
-                keys.job_prefix.encode() + i if isinstance(i, bytes) else keys.job(i),
-                keys.dead,
-                keys.scheduled,
-                keys.dedupe,
-            ],
-            [i, 0, keys.wake],
-        )
-        for i in ids
-    ]
 
 
 def retry_dead(queue: str, ids: Sequence[str]) -> ActionResult:
     """Dead jobs -> scheduled, due now, with a fresh count of attempts."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    replies = _run(_requeue_calls(keys, ids))
+    replies = run_all([transitions.requeue(keys, i) for i in ids])
     result = ActionResult("retry")
-    for job_id, reply in zip(ids, replies, strict=True):
-        outcome = int(reply)
-        if outcome == 1:
+    for job_id, outcome in zip(ids, replies, strict=True):
+        if outcome == "requeued":
             result.done.append(job_id)
-        elif outcome == -1:
+        elif outcome == "cannot run":
             result.unrunnable.append(job_id)
         else:
             result.missed.append(job_id)
@@ -174,9 +120,8 @@ def delete_dead(queue: str, ids: Sequence[str]) -> ActionResult:
     """Dead jobs -> gone (their data too)."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    script = get_scripts().purge
-    replies = _run([(script, [keys.dead, keys.job_prefix], ["ids", i]) for i in ids])
-    return _sorted("delete", ids, [int(reply) == 1 for reply in replies])
+    replies = run_all([transitions.purge_ids(keys, [i]) for i in ids])
+    return _sorted("delete", ids, [reply == 1 for reply in replies])
 
 
 def retry_all_dead(queue: str, *, chunk: int = RETRY_CHUNK) -> BulkResult:
@@ -194,12 +139,12 @@ def retry_all_dead(queue: str, *, chunk: int = RETRY_CHUNK) -> BulkResult:
             ids: list[bytes] = client.zrange(keys.dead, skip, stop)  # type: ignore[assignment]
             if not ids:
                 break
-            replies = _run(_requeue_calls(keys, ids))
+            replies = run_all([transitions.requeue(keys, i) for i in ids])
             budget -= len(ids)
-            for reply in replies:
-                if int(reply) == 1:
+            for outcome in replies:
+                if outcome == "requeued":
                     result.done += 1
-                elif int(reply) == -1:
+                elif outcome == "cannot run":
                     result.unrunnable += 1
                     skip += 1
     return result
@@ -210,16 +155,15 @@ def purge_all_dead(queue: str, *, chunk: int = PURGE_CHUNK) -> BulkResult:
     is never blocked by one huge call). Jobs that die while this runs, past the count taken
     at the start, are kept."""
     keys = queue_keys(check_queue_name(queue))
-    script = get_scripts().purge
     result = BulkResult("purge all")
     with redis_errors():
         budget = int(get_redis().zcard(keys.dead))
     while budget > 0:
-        (deleted,) = _run([(script, [keys.dead, keys.job_prefix], ["oldest", min(chunk, budget)])])
-        if not int(deleted):
+        deleted = run(transitions.purge_oldest(keys, min(chunk, budget)))
+        if not deleted:
             break
-        result.done += int(deleted)
-        budget -= int(deleted)
+        result.done += deleted
+        budget -= deleted
     return result
 
 

@@ -14,17 +14,17 @@ from typing import Any, Literal
 from celery import Task
 from django.db import transaction
 
+from delayqueue import transitions
 from delayqueue.celery import resolve_task
 from delayqueue.conf import WAKE_HORIZON_MS, get_config
 from delayqueue.connection import (
     get_redis,
-    get_scripts,
     queue_keys,
     redis_errors,
     remember_queue,
+    run,
+    run_all,
     run_direct,
-    run_pipelined,
-    translate,
 )
 from delayqueue.errors import InvalidJobId, NotSerializable, UnknownTask
 from delayqueue.keys import check_job_id, check_queue_name, new_job_id
@@ -209,47 +209,43 @@ def _positional(args: Any, index: int) -> Sequence[Any]:
     return args
 
 
-def _apply_reply(job: Job, reply: list[Any]) -> None:
-    job_id, due, outcome, state = reply
-    job.id = job_id
-    job.due_at = datetime.fromtimestamp(int(float(due)) / 1000, tz=UTC)
-    job.outcome = outcome
-    job.state = state
+def _apply_reply(job: Job, reply: transitions.Enqueued) -> None:
+    job.id = reply.id
+    job.due_at = datetime.fromtimestamp(reply.due_ms / 1000, tz=UTC)
+    job.outcome = reply.outcome  # type: ignore[assignment]
+    job.state = reply.state  # type: ignore[assignment]
 
 
 BATCH = 500  # jobs per enqueue call
 
 
 def _write(specs: list[JobSpec]) -> None:
-    scripts = get_scripts()
     with redis_errors():
         for queue in {s.job.queue for s in specs}:
             remember_queue(queue)
-        if len(specs) == 1:  # the latency path: delay_for() in a request
-            _apply_reply(specs[0].job, run_direct(scripts.enqueue, *_enqueue_args(specs))[0])
-            return
-        by_queue: dict[str, list[JobSpec]] = {}
-        for s in specs:
-            by_queue.setdefault(s.job.queue, []).append(s)
-        chunks = [
-            group[start : start + BATCH]
-            for group in by_queue.values()
-            for start in range(0, len(group), BATCH)
-        ]
-        replies = run_pipelined([(scripts.enqueue, *_enqueue_args(c)) for c in chunks])
+    if len(specs) == 1:  # the latency path: delay_for() in a request
+        _apply_reply(specs[0].job, run_direct(_enqueue_call(specs))[0])
+        return
+    by_queue: dict[str, list[JobSpec]] = {}
+    for s in specs:
+        by_queue.setdefault(s.job.queue, []).append(s)
+    chunks = [
+        group[start : start + BATCH]
+        for group in by_queue.values()
+        for start in range(0, len(group), BATCH)
+    ]
+    replies = run_all([_enqueue_call(chunk) for chunk in chunks])
     for chunk, reply in zip(chunks, replies, strict=True):
-        if isinstance(reply, Exception):
-            raise translate(reply)
         for s, one in zip(chunk, reply, strict=True):
             _apply_reply(s.job, one)
 
 
-def _enqueue_args(chunk: list[JobSpec]) -> tuple[list[str], list[Any]]:
-    keys = queue_keys(chunk[0].job.queue)
-    argv: list[Any] = [keys.wake, WAKE_HORIZON_MS]
-    for s in chunk:
-        argv += (s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed)
-    return [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.specs], argv
+def _enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitions.Enqueued]]:
+    new = [
+        transitions.NewJob(s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed)
+        for s in chunk
+    ]
+    return transitions.enqueue(queue_keys(chunk[0].job.queue), new, wake_horizon_ms=WAKE_HORIZON_MS)
 
 
 def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
@@ -303,6 +299,12 @@ def delay_many(
 ) -> list[Job]:
     """Write many jobs made with ``spec()`` in one round trip to Redis."""
     batch = list(specs)
+    for index, item in enumerate(batch):
+        if not isinstance(item, JobSpec):
+            raise NotSerializable(
+                f"delay_many() takes what delayqueue.spec() returns; item {index} is a "
+                f"{type(item).__name__}"
+            )
     if batch:
         _submit(batch, on_commit, using)
     return [s.job for s in batch]
@@ -312,11 +314,7 @@ def cancel(queue: str, job_id: str | None = None, *, key: str | None = None) -> 
     """Remove a job that is still scheduled, by id or dedupe key; whether one was removed."""
     keys = queue_keys(check_queue_name(queue))
     job_id, key = _id_or_key(job_id, key)
-    with redis_errors():
-        removed, _ = get_scripts().cancel(
-            [keys.scheduled, keys.dedupe, keys.job_prefix, keys.specs], [job_id, key]
-        )
-    return bool(removed)
+    return run(transitions.cancel(keys, job_id=job_id, key=key)).removed
 
 
 def reschedule(
@@ -331,12 +329,11 @@ def reschedule(
     keys = queue_keys(check_queue_name(queue))
     job_id, key = _id_or_key(job_id, key)
     mode, ms = to_due(delay, eta)
+    moved = run(transitions.reschedule(keys, job_id=job_id, key=key, mode=mode, ms=ms))
+    if moved.due_ms is None:
+        return None
+    found_id = moved.id
     with redis_errors():
-        found_id, due = get_scripts().reschedule(
-            [keys.scheduled, keys.dedupe], [job_id, key, mode, ms, keys.wake]
-        )
-        if int(due) < 0:
-            return None
         pipe = get_redis().pipeline(transaction=False)
         pipe.hget(keys.job(found_id), "task")
         pipe.hget(keys.specs, found_id)
@@ -347,7 +344,7 @@ def reschedule(
         queue=queue,
         task=str(name),
         key=key or None,
-        due_at=datetime.fromtimestamp(int(due) / 1000, tz=UTC),
+        due_at=datetime.fromtimestamp(moved.due_ms / 1000, tz=UTC),
         state="scheduled",
     )
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from delayqueue.conf import get_config
 from delayqueue.errors import InvalidDelay
+from delayqueue.validators import shown
 
 Mode = Literal["delay", "at"]
 
@@ -58,7 +59,7 @@ def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode,
             naive = eta.tzinfo is None or eta.utcoffset() is None
         except Exception as exc:  # a tzinfo whose utcoffset() raises or returns nonsense
             raise InvalidDelay(
-                f"eta's time zone {eta.tzinfo!r} has no valid offset: {exc}"
+                f"eta's time zone {shown(eta.tzinfo)} has no valid offset: {exc}"
             ) from None
         if naive:
             raise InvalidDelay(
@@ -85,7 +86,7 @@ def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode,
             seconds = float(delay)
         except OverflowError:
             raise InvalidDelay(
-                f"delay {delay} s is more than MAX_DELAY={max_delay:.0f} s"
+                f"delay {shown(delay)} s is more than MAX_DELAY={max_delay:.0f} s"
             ) from None
     if not math.isfinite(seconds):
         raise InvalidDelay(f"delay {seconds!r} is not a finite number of seconds")

@@ -34,3 +34,7 @@ class Scripts:
         self.bury: Script = client.register_script(load_source("bury"))
         self.requeue: Script = client.register_script(load_source("requeue"))
         self.purge: Script = client.register_script(load_source("purge"))
+
+    def __getitem__(self, name: str) -> Script:
+        script: Script = getattr(self, name)
+        return script

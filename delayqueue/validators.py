@@ -24,22 +24,24 @@ KEY_MAX_CHARS = 200
 
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidOption(f"{name} must be a number, not {type(value).__name__} {value!r}")
+        raise InvalidOption(f"{name} must be a number, not {type(value).__name__} {shown(value)}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
     if not math.isfinite(number):
-        raise InvalidOption(f"{name} must be a finite number, not {value!r}")
+        raise InvalidOption(f"{name} must be a finite number, not {shown(value)}")
     return number
 
 
 def check_max_attempts(value: Any, name: str = "max_attempts") -> int:
     """A positive int, at most MAX_ATTEMPTS_LIMIT."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidOption(f"{name} must be an int, not {type(value).__name__} {value!r}")
+        raise InvalidOption(f"{name} must be an int, not {type(value).__name__} {shown(value)}")
     if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
-        raise InvalidOption(f"{name} must be between 1 and {MAX_ATTEMPTS_LIMIT}, not {value!r}")
+        raise InvalidOption(
+            f"{name} must be between 1 and {MAX_ATTEMPTS_LIMIT}, not {shown(value)}"
+        )
     return int(value)
 
 
@@ -49,7 +51,7 @@ def check_visibility_timeout(value: Any, name: str = "visibility_timeout") -> fl
     if not VISIBILITY_TIMEOUT_MIN <= seconds <= VISIBILITY_TIMEOUT_MAX:
         raise InvalidOption(
             f"{name} must be between {VISIBILITY_TIMEOUT_MIN} and {VISIBILITY_TIMEOUT_MAX:.0f} "
-            f"seconds, not {value!r}"
+            f"seconds, not {shown(value)}"
         )
     return seconds
 
@@ -59,15 +61,15 @@ def check_positive(value: Any, name: str, *, maximum: float = math.inf) -> float
     number = _number(name, value)
     if not 0 < number <= maximum:
         bound = "" if maximum == math.inf else f" and at most {maximum:g}"
-        raise InvalidOption(f"{name} must be above 0{bound}, not {value!r}")
+        raise InvalidOption(f"{name} must be above 0{bound}, not {shown(value)}")
     return number
 
 
 def check_positive_int(value: Any, name: str, *, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOption(f"{name} must be a positive int, not {value!r}")
+        raise InvalidOption(f"{name} must be a positive int, not {shown(value)}")
     if maximum is not None and value > maximum:
-        raise InvalidOption(f"{name} must be at most {maximum}, not {value!r}")
+        raise InvalidOption(f"{name} must be at most {maximum}, not {shown(value)}")
     return value
 
 
@@ -77,13 +79,15 @@ def check_backoff(value: Any, name: str = "backoff") -> float | Callable[[int], 
         return value
     seconds = _number(name, value)
     if not 0 <= seconds <= BACKOFF_MAX_SECONDS:
-        raise InvalidOption(f"{name} must be 0 to {BACKOFF_MAX_SECONDS:.0f} seconds, not {value!r}")
+        raise InvalidOption(
+            f"{name} must be 0 to {BACKOFF_MAX_SECONDS:.0f} seconds, not {shown(value)}"
+        )
     return seconds
 
 
 def check_on_conflict(value: Any) -> str:
     if value not in ("keep", "replace") or not isinstance(value, str):
-        raise InvalidOption(f"on_conflict must be 'keep' or 'replace', not {value!r}")
+        raise InvalidOption(f"on_conflict must be 'keep' or 'replace', not {shown(value)}")
     return value
 
 
@@ -93,20 +97,29 @@ def check_key(value: Any, name: str = "key") -> str:
     if not isinstance(value, str) or not 0 < len(value) <= KEY_MAX_CHARS:
         raise InvalidKey(
             f"{name} must be a non-empty str of at most {KEY_MAX_CHARS} characters, "
-            f"not {_short(value)}"
+            f"not {shown(value)}"
         )
     try:
         value.encode()
     except UnicodeEncodeError as exc:
         raise InvalidKey(
-            f"{name} {_short(value)} is not valid Unicode (lone surrogate "
+            f"{name} {shown(value)} is not valid Unicode (lone surrogate "
             f"{exc.object[exc.start : exc.end]!r}); keys are stored as UTF-8"
         ) from None
     return value
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
+def shown(value: Any) -> str:
+    """``repr(value)`` fit for an error message: short, and never itself an error (an int
+    of over 4,300 digits, an object whose ``__repr__`` raises)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            return f"an int of {len(format(value, 'x')) * 4 * 0.30103:.0f} digits"
+        text = f"<{type(value).__qualname__}>"
+    except Exception:
+        text = f"<{type(value).__qualname__}>"
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
@@ -120,7 +133,7 @@ def check_batch_size(value: Any, name: str = "batch_size") -> int:
 def check_jitter(value: Any, name: str = "BACKOFF_JITTER") -> float:
     share = _number(name, value)
     if not 0 <= share <= 1:
-        raise InvalidOption(f"{name} must be a share from 0 to 1, not {value!r}")
+        raise InvalidOption(f"{name} must be a share from 0 to 1, not {shown(value)}")
     return share
 
 

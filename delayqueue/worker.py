@@ -24,27 +24,27 @@ from celery import Celery
 from redis.client import PubSub
 from ulid import ULID
 
+from delayqueue import transitions
 from delayqueue.broker import PublishError, TaskMessage, publisher_for
 from delayqueue.celery import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, get_celery_app, utf8_safe
 from delayqueue.conf import get_config
 from delayqueue.connection import (
-    STATS_TTL_SECONDS,
-    current_minute,
     get_raw_redis,
     get_redis,
-    get_scripts,
     global_keys,
     queue_keys,
     redis_errors,
     redis_now_ms,
-    run_pipelined,
-    translate,
+    run,
+    run_all,
+    run_many,
 )
 from delayqueue.decorator import DelayedTask
 from delayqueue.errors import CorruptJob, DelayQueueError, RedisUnavailable
 from delayqueue.keys import check_queue_name
 from delayqueue.payload import decode_args
 from delayqueue.tasks import RUN_TASK
+from delayqueue.transitions import ScriptCall
 from delayqueue.validators import check_batch_size, check_visibility_timeout
 
 logger = logging.getLogger("delayqueue.worker")
@@ -194,87 +194,32 @@ class DelayWorker:
     # ---- one pass --------------------------------------------------------------------
 
     def run_pass(self) -> PassResult:
-        """Reap and claim on every queue in one round trip, then dispatch what was claimed.
-
-        A queue is reaped when its next in-flight deadline (which the previous claim
-        reported) has come, or at least every REAP_AT_LEAST_EVERY seconds: reaping a queue
-        whose deadlines all lie ahead finds nothing, and at 1,000 due jobs a second the worker
-        passes about that often."""
-        scripts = get_scripts()
-        config = get_config()
-        calls: list[Any] = []
-        reaping: list[bool] = []
+        """Reap and claim on every queue in one round trip, then dispatch what was claimed."""
         started = time.monotonic()
-        for queue in self.queues:
-            keys = queue_keys(queue)
-            deadline, reaped_at = self._reap_state.get(queue, (0.0, 0.0))
-            reap = deadline <= started or started - reaped_at >= REAP_AT_LEAST_EVERY
-            reaping.append(reap)
-            if reap:
-                calls.append(
-                    (
-                        scripts.reap,
-                        [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe],
-                        [self.batch_size, config["MAX_ATTEMPTS"]],
-                    )
-                )
-            calls.append(
-                (
-                    scripts.claim,
-                    [
-                        keys.scheduled,
-                        keys.inflight,
-                        keys.job_prefix,
-                        keys.paused,
-                        keys.stats(current_minute()),
-                        keys.dead,
-                        keys.specs,
-                    ],
-                    [self.batch_size, self.visibility_ms, STATS_TTL_SECONDS],
-                )
-            )
-        if not calls:
-            return PassResult(
-                wait_ms=self.safety_poll * 1000, wake_at=time.monotonic() + self.safety_poll
-            )
-        with redis_errors():
-            replies = iter(run_pipelined(calls, get_raw_redis()))
+        plan = self._plan_pass(started)
+        if not plan:
+            return PassResult(wait_ms=self.safety_poll * 1000, wake_at=started + self.safety_poll)
+        calls = [call for _, _, queue_calls in plan for call in queue_calls]
+        replies = iter(run_many(calls, get_raw_redis()))
         # Redis read ``now`` (floored to the ms) before this: waking ``point - now`` ms after
         # it is never before ``point`` (``wait_ms``); ``self.clock`` wakes closer to ``point``.
         # Either way the time spent dispatching is not added on top.
         replied = time.monotonic()
         result = PassResult(wait_ms=self.safety_poll * 1000)
         points: list[tuple[int, int]] = []  # (point, Redis's now when it was read)
-        for queue, reap in zip(self.queues, reaping, strict=True):
-            reaped = next(replies) if reap else [0, 0]
-            claim = next(replies)
-            failed = [reply for reply in (reaped, claim) if isinstance(reply, Exception)]
+        for queue, reaping, queue_calls in plan:
+            queue_replies = [next(replies) for _ in queue_calls]
+            failed = [reply for reply in queue_replies if isinstance(reply, DelayQueueError)]
             if failed:
                 # One queue's error (a key of the wrong type, a script refusing its data)
                 # is that queue's problem: the other queues' claims stand and are dispatched.
-                self._queue_failed(queue, translate(failed[0]), started)
+                self._queue_failed(queue, failed[0], started)
                 continue
-            if reaped[0] or reaped[1]:
-                logger.warning(
-                    "queue %s: %s in-flight jobs timed out and were rescheduled, %s moved to dead",
-                    queue,
-                    reaped[0],
-                    reaped[1],
-                )
-            now, next_due, next_deadline, _paused, jobs = claim
-            now = int(now)
-            self.clock.observe(now, replied)
-            result.full = result.full or len(jobs) >= self.batch_size
-            for point in (int(next_due), int(next_deadline)):
-                if point >= 0:
-                    result.wait_ms = min(result.wait_ms, max(0, point - now))
-                    points.append((point, now))
-            deadline = int(next_deadline)
-            self._reap_state[queue] = (
-                self.clock.monotonic_at(deadline) if deadline >= 0 else float("inf"),
-                started if reap else self._reap_state[queue][1],
-            )
-            for raw in jobs:
+            if reaping:
+                _log_reaped(queue, queue_replies[0])
+            claim: transitions.Claim = queue_replies[-1]
+            points += self._note_claim(queue, claim, started, reaping, replied, result)
+            for raw in claim.jobs:
                 job = _decode_claimed(queue, raw)
                 if job is not None:
                     result.claimed.append(job)
@@ -282,6 +227,55 @@ class DelayWorker:
         if result.claimed:
             self.dispatch(result.claimed)
         return result
+
+    def _plan_pass(self, started: float) -> list[tuple[str, bool, list[ScriptCall[Any]]]]:
+        """Per queue: whether it is reaped this pass, and its calls (reap, then claim).
+
+        A queue is reaped when its next in-flight deadline (which the previous claim
+        reported) has come, or at least every REAP_AT_LEAST_EVERY seconds: reaping a queue
+        whose deadlines all lie ahead finds nothing, and at 1,000 due jobs a second the worker
+        passes about that often."""
+        attempts = int(get_config()["MAX_ATTEMPTS"])
+        plan: list[tuple[str, bool, list[ScriptCall[Any]]]] = []
+        for queue in self.queues:
+            keys = queue_keys(queue)
+            deadline, reaped_at = self._reap_state.get(queue, (0.0, 0.0))
+            reaping = deadline <= started or started - reaped_at >= REAP_AT_LEAST_EVERY
+            calls: list[ScriptCall[Any]] = []
+            if reaping:
+                calls.append(transitions.reap(keys, limit=self.batch_size, max_attempts=attempts))
+            calls.append(
+                transitions.claim(keys, limit=self.batch_size, visibility_ms=self.visibility_ms)
+            )
+            plan.append((queue, reaping, calls))
+        return plan
+
+    def _note_claim(
+        self,
+        queue: str,
+        claim: transitions.Claim,
+        started: float,
+        reaping: bool,
+        replied: float,
+        result: PassResult,
+    ) -> list[tuple[int, int]]:
+        """Learn from one queue's claim reply: Redis's clock, whether the batch was full, when
+        the queue next needs the worker (due time, in-flight deadline). Returns those points."""
+        self.clock.observe(claim.now_ms, replied)
+        result.full = result.full or len(claim.jobs) >= self.batch_size
+        points = [
+            (point, claim.now_ms)
+            for point in (claim.next_due_ms, claim.next_deadline_ms)
+            if point is not None
+        ]
+        for point, now in points:
+            result.wait_ms = min(result.wait_ms, max(0, point - now))
+        deadline = claim.next_deadline_ms
+        self._reap_state[queue] = (
+            self.clock.monotonic_at(deadline) if deadline is not None else float("inf"),
+            started if reaping else self._reap_state[queue][1],
+        )
+        return points
 
     def _queue_failed(self, queue: str, exc: DelayQueueError, started: float) -> None:
         if isinstance(exc, RedisUnavailable):
@@ -368,26 +362,20 @@ class DelayWorker:
         )
         if not jobs:
             return
-        scripts = get_scripts()
-        calls: list[Any] = []
-        for job in jobs:
-            keys = queue_keys(job.queue)
-            calls.append(
-                (
-                    scripts.release,
-                    [keys.job(job.id), keys.inflight, keys.scheduled],
-                    [
-                        job.id,
-                        job.token,
-                        int(self.outage_backoff * 1000),
-                        1,
-                        utf8_safe(f"broker unavailable: {exc}"[:500]),
-                        keys.wake,
-                    ],
-                )
+        reason = utf8_safe(f"broker unavailable: {exc}"[:500])
+        delay_ms = int(self.outage_backoff * 1000)
+        releases = [
+            transitions.release(
+                queue_keys(job.queue),
+                job.id,
+                token=job.token,
+                delay_ms=delay_ms,
+                give_back=True,
+                reason=reason,
             )
-        with redis_errors():
-            run_pipelined(calls)
+            for job in jobs
+        ]
+        run_all(releases)
 
     # ---- sleeping, heartbeat ---------------------------------------------------------
 
@@ -483,9 +471,10 @@ class DelayWorker:
             pass  # the heartbeat key expires on its own
 
 
-def _decode_claimed(queue: str, raw: list[Any]) -> Claimed | None:
+def _decode_claimed(queue: str, raw: transitions.ClaimedJob) -> Claimed | None:
     """A claimed job from the script's bytes; one whose data is not UTF-8 goes to dead."""
-    job_id, token, attempt, task, args_json, kwargs_json = raw
+    job_id, token, attempt = raw.id, raw.token, raw.attempt
+    task, args_json, kwargs_json = raw.task, raw.args_json, raw.kwargs_json
     try:
         return Claimed(
             queue,
@@ -523,18 +512,18 @@ def _bury(queue: str, job_id: str | bytes, reason: str) -> None:
     keys = queue_keys(queue)
     reason = utf8_safe(reason)
     logger.error("job %r on %s moved to dead: %s", job_id, queue, reason)
-    if isinstance(job_id, bytes):
-        job_key: str | bytes = keys.job_prefix.encode() + job_id
-        client = get_raw_redis()
-    else:
-        job_key, client = keys.job(job_id), get_redis()
-    with redis_errors():
-        get_scripts().bury(
-            [job_key, keys.inflight, keys.scheduled, keys.dead, keys.dedupe,
-             keys.stats(current_minute()), keys.specs],
-            [job_id, reason, STATS_TTL_SECONDS],
-            client=client,
-        )  # fmt: skip
+    client = get_raw_redis() if isinstance(job_id, bytes) else get_redis()
+    run(transitions.bury(keys, job_id, reason), client)
+
+
+def _log_reaped(queue: str, reaped: transitions.Reaped) -> None:
+    if reaped.rescheduled or reaped.dead:
+        logger.warning(
+            "queue %s: %s in-flight jobs timed out and were rescheduled, %s moved to dead",
+            queue,
+            reaped.rescheduled,
+            reaped.dead,
+        )
 
 
 def _known_queue_names() -> set[str]:

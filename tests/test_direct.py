@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
 import redis
 
-from delayqueue import connection, queue
+from delayqueue import connection, queue, transitions
+from delayqueue.connection import queue_keys
 from tests import jobs
 
 SCHEDULED = "dq:{tests}:scheduled"
@@ -36,8 +38,8 @@ def test_a_retry_of_the_same_call_keeps_one_job_created(r: redis.Redis) -> None:
     """A reply lost after Redis ran the call sends it again: same id, so same job."""
     one = queue.spec(jobs.record, ("k",), delay=60, key="once")
     for _ in range(2):
-        reply = connection.run_direct(connection.get_scripts().enqueue, *queue._enqueue_args([one]))
-        assert reply[0][2] == "created"
+        reply = connection.run_direct(queue._enqueue_call([one]))
+        assert reply[0].outcome == "created" and reply[0].id == one.job.id
     assert r.zcard(SCHEDULED) == 1 and r.hget("dq:{tests}:keys", "once") == one.job.id
 
 
@@ -70,3 +72,10 @@ def test_a_forked_child_uses_connections_of_its_own(r: redis.Redis) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     job = jobs.record.delay_for("parent again", seconds=60, on_commit=False)  # socket intact
     assert r.zscore(SCHEDULED, job.id) is not None and r.zcard(SCHEDULED) == 3
+
+
+def test_only_calls_safe_to_resend_take_the_direct_connection(r: redis.Redis) -> None:
+    claim = transitions.claim(queue_keys("tests"), limit=10, visibility_ms=1000)
+    assert not claim.resend_safe
+    with pytest.raises(ValueError, match="not safe to send twice"):
+        connection.run_direct(claim)

@@ -1,0 +1,331 @@
+"""One typed function per Lua script: the only code that knows each script's KEYS and ARGV.
+
+Each function takes a queue's keys and named arguments and returns a ``ScriptCall``: the
+script's name, its KEYS and ARGV in the order the script's header gives, whether it is safe
+to send twice, and how to read its reply into a named type. ``run``, ``run_many`` and
+``run_direct`` (in ``delayqueue.connection``) execute calls; nothing else writes a KEYS or
+ARGV list or unpacks a reply by position.
+
+Safe to resend means: running the call twice with the same arguments leaves Redis as once
+and gives the same reply. Only such calls go over the direct connection, which sends a
+call again on a connection Redis dropped while it sat idle (``connection.run_direct``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from delayqueue.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
+
+ReplyT = TypeVar("ReplyT")
+Id = str | bytes  # ids read back from Redis as bytes may be any bytes (corrupt data)
+
+
+@dataclass(frozen=True)
+class ScriptCall(Generic[ReplyT]):
+    script: str  # the name of delayqueue/scripts/<script>.lua
+    keys: list[Any]
+    args: list[Any]
+    parse: Callable[[Any], ReplyT]
+    resend_safe: bool = False
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+# ---- enqueue: (new) -> scheduled --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job for ``enqueue``: due ``ms`` from Redis's now ("delay") or at epoch ``ms``."""
+
+    id: str
+    mode: Literal["delay", "at"]
+    ms: int
+    key: str  # dedupe key, or ""
+    on_conflict: str  # "keep" | "replace"
+    packed: str  # the spec (delayqueue.packing)
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    id: str  # the new job's id, or the id of the job its key kept or replaced
+    due_ms: int
+    outcome: str  # "created" | "kept" | "replaced"
+    state: str  # "scheduled" | "inflight" | "dead"
+
+
+def enqueue(
+    keys: QueueKeys, jobs: Sequence[NewJob], *, wake_horizon_ms: int
+) -> ScriptCall[list[Enqueued]]:
+    argv: list[Any] = [keys.wake, wake_horizon_ms]
+    for job in jobs:
+        argv += (job.id, job.mode, job.ms, job.key, job.on_conflict, job.packed)
+    return ScriptCall(
+        "enqueue",
+        [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.specs],
+        argv,
+        lambda reply: [
+            Enqueued(_text(i), int(float(due)), _text(outcome), _text(state))
+            for i, due, outcome, state in reply
+        ],
+        resend_safe=True,  # the ids are the client's: a second call finds its jobs written
+    )
+
+
+# ---- cancel, reschedule: scheduled -> gone | scheduled ------------------------------------
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    removed: bool
+    id: str  # the job's id ("" when a key found none)
+
+
+def cancel(keys: QueueKeys, *, job_id: str = "", key: str = "") -> ScriptCall[Cancelled]:
+    return ScriptCall(
+        "cancel",
+        [keys.scheduled, keys.dedupe, keys.job_prefix, keys.specs],
+        [job_id, key],
+        lambda reply: Cancelled(int(reply[0]) == 1, _text(reply[1])),
+    )
+
+
+@dataclass(frozen=True)
+class Rescheduled:
+    id: str
+    due_ms: int | None  # None: the job is not scheduled
+
+
+def reschedule(
+    keys: QueueKeys, *, job_id: str = "", key: str = "", mode: str, ms: int
+) -> ScriptCall[Rescheduled]:
+    def parse(reply: Any) -> Rescheduled:
+        due = int(float(reply[1]))
+        return Rescheduled(_text(reply[0]), due if due >= 0 else None)
+
+    return ScriptCall(
+        "reschedule", [keys.scheduled, keys.dedupe], [job_id, key, mode, ms, keys.wake], parse
+    )
+
+
+# ---- claim: scheduled -> inflight ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A claimed job as Redis holds it: bytes, decoded by the worker (which buries a job
+    whose data is not UTF-8)."""
+
+    id: bytes
+    token: bytes
+    attempt: bytes
+    task: bytes
+    args_json: bytes
+    kwargs_json: bytes
+
+
+@dataclass(frozen=True)
+class Claim:
+    now_ms: int
+    next_due_ms: int | None
+    next_deadline_ms: int | None
+    paused: bool
+    jobs: list[ClaimedJob]
+
+
+def _claim_reply(reply: Any) -> Claim:
+    now, next_due, next_deadline, paused, jobs = reply
+    return Claim(
+        int(now),
+        int(next_due) if int(next_due) >= 0 else None,
+        int(next_deadline) if int(next_deadline) >= 0 else None,
+        bool(int(paused)),
+        [ClaimedJob(*(_bytes(part) for part in job)) for job in jobs],
+    )
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def claim(keys: QueueKeys, *, limit: int, visibility_ms: int) -> ScriptCall[Claim]:
+    return ScriptCall(
+        "claim",
+        [
+            keys.scheduled,
+            keys.inflight,
+            keys.job_prefix,
+            keys.paused,
+            keys.stats(current_minute()),
+            keys.dead,
+            keys.specs,
+        ],
+        [limit, visibility_ms, STATS_TTL_SECONDS],
+        _claim_reply,
+    )
+
+
+# ---- the Celery side: begin, ack, fail ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Begun:
+    run: bool  # False: a stale dispatch (or data that cannot run): do not run the task
+    attempt: int = 0
+    max_attempts: str = ""  # "" when the job stores none
+
+
+def begin(keys: QueueKeys, job_id: str, token: str, *, visibility_ms: int) -> ScriptCall[Begun]:
+    def parse(reply: Any) -> Begun:
+        if not int(reply[0]):
+            return Begun(False)
+        return Begun(True, int(reply[1]), _text(reply[2]))
+
+    return ScriptCall(
+        "begin",
+        [keys.job(job_id), keys.inflight],
+        [job_id, token, visibility_ms],
+        parse,
+        resend_safe=True,  # a second begin restarts the same deadline
+    )
+
+
+def ack(keys: QueueKeys, job_id: str, token: str) -> ScriptCall[bool]:
+    return ScriptCall(
+        "ack",
+        [
+            keys.job(job_id),
+            keys.inflight,
+            keys.scheduled,
+            keys.dedupe,
+            keys.stats(current_minute()),
+            keys.dead,
+            keys.specs,
+        ],
+        [job_id, token, STATS_TTL_SECONDS],
+        lambda reply: int(reply) == 1,
+        resend_safe=True,  # a second ack finds the job gone
+    )
+
+
+FailOutcome = Literal["retry", "dead", "stale"]
+
+
+def fail(
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    *,
+    backoff_ms: int,
+    error: str,
+    traceback: str,
+    max_attempts: int,
+    dead_max: int,
+) -> ScriptCall[FailOutcome]:
+    return ScriptCall(
+        "fail",
+        [
+            keys.job(job_id),
+            keys.inflight,
+            keys.scheduled,
+            keys.dead,
+            keys.dedupe,
+            keys.stats(current_minute()),
+            keys.job_prefix,
+            keys.specs,
+        ],
+        [
+            job_id,
+            token,
+            backoff_ms,
+            error,
+            traceback,
+            max_attempts,
+            dead_max,
+            STATS_TTL_SECONDS,
+            keys.wake,
+        ],
+        lambda reply: _text(reply),  # type: ignore[arg-type,return-value]
+    )
+
+
+# ---- the delay worker: reap, release, bury ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reaped:
+    rescheduled: int
+    dead: int
+
+
+def reap(keys: QueueKeys, *, limit: int, max_attempts: int) -> ScriptCall[Reaped]:
+    return ScriptCall(
+        "reap",
+        [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe],
+        [limit, max_attempts],
+        lambda reply: Reaped(int(reply[0]), int(reply[1])),
+    )
+
+
+def release(
+    keys: QueueKeys, job_id: str, *, token: str = "", delay_ms: int, give_back: bool, reason: str
+) -> ScriptCall[bool]:
+    """In flight -> scheduled without a failure of the task (``token`` "" for any)."""
+    return ScriptCall(
+        "release",
+        [keys.job(job_id), keys.inflight, keys.scheduled],
+        [job_id, token, delay_ms, int(give_back), reason, keys.wake],
+        lambda reply: int(reply) == 1,
+    )
+
+
+def _job_key(keys: QueueKeys, job_id: Id) -> Any:
+    """The job's hash key; for an id read as bytes, bytes (the key Redis holds)."""
+    return keys.job_prefix.encode() + job_id if isinstance(job_id, bytes) else keys.job(job_id)
+
+
+def bury(keys: QueueKeys, job_id: Id, reason: str) -> ScriptCall[bool]:
+    """Scheduled or in flight -> dead, for a job that can never run."""
+    return ScriptCall(
+        "bury",
+        [
+            _job_key(keys, job_id),
+            keys.inflight,
+            keys.scheduled,
+            keys.dead,
+            keys.dedupe,
+            keys.stats(current_minute()),
+            keys.specs,
+        ],
+        [job_id, reason, STATS_TTL_SECONDS],
+        lambda reply: int(reply) == 1,
+    )
+
+
+# ---- dead jobs: requeue, purge ------------------------------------------------------------
+
+RequeueOutcome = Literal["requeued", "not dead", "cannot run"]
+_REQUEUE: dict[int, RequeueOutcome] = {1: "requeued", 0: "not dead", -1: "cannot run"}
+
+
+def requeue(keys: QueueKeys, job_id: Id, *, delay_ms: int = 0) -> ScriptCall[RequeueOutcome]:
+    return ScriptCall(
+        "requeue",
+        [_job_key(keys, job_id), keys.dead, keys.scheduled, keys.dedupe],
+        [job_id, delay_ms, keys.wake],
+        lambda reply: _REQUEUE[int(reply)],
+    )
+
+
+def purge_ids(keys: QueueKeys, ids: Iterable[Id]) -> ScriptCall[int]:
+    """Dead jobs -> gone; how many were deleted."""
+    return ScriptCall("purge", [keys.dead, keys.job_prefix], ["ids", *ids], int)
+
+
+def purge_oldest(keys: QueueKeys, count: int) -> ScriptCall[int]:
+    return ScriptCall("purge", [keys.dead, keys.job_prefix], ["oldest", count], int)
