@@ -330,3 +330,36 @@ def test_unknown_script_errors_do_not_escape_as_redis_py_errors(r: redis.Redis) 
     with pytest.raises(RedisError):
         delayqueue.cancel("tests", key="k")
     assert get_scripts() is not None
+
+
+# ---- found by the fuzzers -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: delayqueue.enqueue(
+            jobs.record, [], delay=0, max_attempts=10**5000, on_commit=False
+        ),
+        lambda: delayqueue.delayed_task(max_attempts=10**5000),
+        lambda: jobs.record.delay_for(seconds=10**5000, on_commit=False),
+        lambda: delayqueue.delay_many([{"task": "x"}], on_commit=False),  # type: ignore[list-item]
+    ],
+    ids=["max_attempts", "decorator", "seconds", "delay_many item"],
+)
+def test_huge_or_odd_values_get_a_delayqueue_error(
+    unchanged: None, call: Callable[[], object]
+) -> None:
+    with pytest.raises(DelayQueueError):
+        call()
+
+
+@pytest.mark.parametrize("token", ["\udcff", "nan", "1.5", "", "9" * 20])
+def test_a_dispatch_whose_headers_delayqueue_did_not_write_is_not_run(
+    r: redis.Redis, token: str
+) -> None:
+    job = jobs.record.delay_for("x", seconds=0, on_commit=False)
+    DelayWorker(["tests"]).run_pass()
+    ran: list[int] = []
+    assert run_job(lambda: ran.append(1), [], {}, ("tests", job.id, token)) is None
+    assert not ran and r.zscore(Q.inflight, job.id) is not None
