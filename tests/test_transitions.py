@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ KEYS = QueueKeys("dq", "Q")
 JOB = "01JAAAAAAAAAAAAAAAAAAAAAAA"
 HEADER_KEY = re.compile(r"^-- KEYS\[(\d+)\] .*?(dq:\{Q\}:\S*)", re.MULTILINE)
 
-CALLS = {
+CALLS: dict[str, transitions.ScriptCall[Any]] = {
     "enqueue": transitions.enqueue(
         KEYS, [transitions.NewJob(JOB, "delay", 1, "", "keep", "t\n[]\n\n\n\n")], wake_horizon_ms=1
     ),
