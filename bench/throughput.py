@@ -10,8 +10,8 @@ from typing import Any
 from bench import baselines
 from bench.env import BROKER_DB, DQ_DB, BenchEnv
 from bench.report import Figure
-from delayqueue import queue as client
-from delayqueue.worker import Claimed, DelayWorker
+from delayqueue import client
+from delayqueue.worker.loop import Claimed, DelayWorker
 
 
 @dataclass(frozen=True)

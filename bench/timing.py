@@ -11,9 +11,9 @@ from bench.baselines import eta_at
 from bench.env import BROKER_DB, BenchEnv, wait_for
 from bench.report import Figure
 from bench.throughput import Sizes
-from delayqueue import operations
-from delayqueue import queue as client
-from delayqueue.connection import queue_keys
+from delayqueue import client
+from delayqueue.api import operations
+from delayqueue.engine.clients import queue_keys
 
 DISPATCH_QUEUE = "bench-dispatch"
 

@@ -56,19 +56,19 @@ from delayqueue.errors import (
 )
 
 if TYPE_CHECKING:
+    from delayqueue.client import Job, JobSpec, cancel, delay_many, enqueue, reschedule, spec
     from delayqueue.decorator import DelayedTask, delayed_task
-    from delayqueue.queue import Job, JobSpec, cancel, delay_many, enqueue, reschedule, spec
 
 _LAZY = {
     "DelayedTask": "delayqueue.decorator",
     "delayed_task": "delayqueue.decorator",
-    "Job": "delayqueue.queue",
-    "JobSpec": "delayqueue.queue",
-    "cancel": "delayqueue.queue",
-    "delay_many": "delayqueue.queue",
-    "enqueue": "delayqueue.queue",
-    "reschedule": "delayqueue.queue",
-    "spec": "delayqueue.queue",
+    "Job": "delayqueue.client",
+    "JobSpec": "delayqueue.client",
+    "cancel": "delayqueue.client",
+    "delay_many": "delayqueue.client",
+    "enqueue": "delayqueue.client",
+    "reschedule": "delayqueue.client",
+    "spec": "delayqueue.client",
 }
 
 

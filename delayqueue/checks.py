@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS
-from delayqueue.connection import client_from_url
+from delayqueue.engine.clients import client_from_url
 from delayqueue.errors import InvalidOption
 from delayqueue.validators import SETTING_VALIDATORS
 

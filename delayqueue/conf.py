@@ -1,7 +1,11 @@
-"""Settings: one ``DELAYQUEUE`` dict, read lazily and cached until settings change."""
+"""Settings: one ``DELAYQUEUE`` dict, read lazily into a frozen ``Settings`` and cached until
+settings change. A leaf: this module imports nothing of delayqueue (modules that keep
+something built from the settings, like the Redis clients, register their own
+``setting_changed`` receivers)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
 
@@ -12,7 +16,7 @@ from django.dispatch import receiver
 DEFAULTS: dict[str, Any] = {
     # Redis holding the delayed jobs. ``None`` falls back to CELERY_BROKER_URL.
     "REDIS_URL": None,
-    # Prefix of every key (see keys.py). Change it to share one Redis between projects.
+    # Prefix of every key (see engine/keys.py). Change it to share one Redis between projects.
     "KEY_PREFIX": "dq",
     # Queue a task goes to when @delayed_task / enqueue() name none.
     "DEFAULT_QUEUE": "default",
@@ -39,8 +43,8 @@ DEFAULTS: dict[str, Any] = {
     # Celery app to dispatch with, as "module:attribute"; None means celery.current_app.
     "CELERY_APP": None,
     # How the worker hands jobs to Celery: "auto" writes send_task's own message straight onto
-    # the broker's list when the broker is Redis (one round trip per batch, see broker.py),
-    # and uses send_task otherwise; "send_task" always uses Celery's send_task.
+    # the broker's list when the broker is Redis (one round trip per batch, see
+    # worker/publishers.py), and uses send_task otherwise; "send_task" always uses send_task.
     "DISPATCH_MODE": "auto",
 }
 
@@ -52,22 +56,52 @@ DEFAULTS: dict[str, Any] = {
 WAKE_HORIZON_MS = 60_000
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration: DEFAULTS overlaid with settings.DELAYQUEUE (the system
+    checks, delayqueue.E001-E007, say what is wrong with a value; this only holds them)."""
+
+    redis_url: str
+    key_prefix: str
+    default_queue: str
+    batch_size: int
+    visibility_timeout: float
+    max_attempts: int
+    backoff_base: float
+    backoff_max: float
+    backoff_jitter: float
+    max_delay: float
+    max_payload_bytes: int
+    safety_poll: float
+    socket_timeout: float
+    dead_max: int
+    celery_app: str | None
+    dispatch_mode: str
+
+    @property
+    def visibility_ms(self) -> int:
+        return round(float(self.visibility_timeout) * 1000)
+
+
+def user_settings() -> dict[str, Any]:
+    """``settings.DELAYQUEUE`` as given (an empty dict when unset)."""
+    return getattr(settings, "DELAYQUEUE", {}) or {}
+
+
 @cache
-def get_config() -> dict[str, Any]:
-    """The effective configuration: DEFAULTS overlaid with settings.DELAYQUEUE."""
-    user: dict[str, Any] = getattr(settings, "DELAYQUEUE", {}) or {}
-    config = {**DEFAULTS, **user}
+def get_settings() -> Settings:
+    config = {**DEFAULTS, **user_settings()}
     if config["REDIS_URL"] is None:
         config["REDIS_URL"] = (
             getattr(settings, "CELERY_BROKER_URL", None) or "redis://127.0.0.1:6379/0"
         )
-    return config
+    names = {field.name for field in fields(Settings)}
+    return Settings(
+        **{name.lower(): value for name, value in config.items() if name.lower() in names}
+    )
 
 
 @receiver(setting_changed)
-def _reset_config(*, setting: str, **kwargs: Any) -> None:
+def _reset_settings(*, setting: str, **kwargs: Any) -> None:
     if setting in ("DELAYQUEUE", "CELERY_BROKER_URL"):
-        get_config.cache_clear()
-        from delayqueue import connection
-
-        connection.reset()
+        get_settings.cache_clear()

@@ -8,9 +8,9 @@ from typing import Any, overload
 
 from celery import Task, shared_task
 
-from delayqueue import queue as client
-from delayqueue.celery import Backoff, dispatch_headers, run_job
-from delayqueue.keys import check_queue_name
+from delayqueue import client
+from delayqueue.engine.keys import check_queue_name
+from delayqueue.runner import Backoff, dispatch_headers, run_job
 from delayqueue.schedule import delay_seconds
 from delayqueue.validators import check_backoff, check_max_attempts, check_visibility_timeout
 
@@ -36,7 +36,7 @@ class DelayedTask(Task[Any, Any]):
 
     @property
     def delay_queue(self) -> str:
-        return self.dq_queue or str(client.get_config()["DEFAULT_QUEUE"])
+        return self.dq_queue or str(client.get_settings().default_queue)
 
     def delay_for(
         self,

@@ -6,7 +6,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from delayqueue.conf import get_config
+from delayqueue.conf import get_settings
 from delayqueue.errors import InvalidDelay
 from delayqueue.validators import shown
 
@@ -49,7 +49,7 @@ def delay_seconds(
 
 def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode, int]:
     """("delay", ms from Redis's now) or ("at", epoch ms), checked against MAX_DELAY."""
-    max_delay = float(get_config()["MAX_DELAY"])
+    max_delay = float(get_settings().max_delay)
     if (delay is None) == (eta is None):
         raise InvalidDelay("give either a delay or an eta, not both and not neither")
     if eta is not None:

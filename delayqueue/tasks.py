@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from delayqueue.celery import dispatch_headers, get_celery_app, run_job
+from delayqueue.runner import dispatch_headers, get_celery_app, run_job
 
 RUN_TASK = "delayqueue.run_task"
 

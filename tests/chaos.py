@@ -334,7 +334,7 @@ def delayqueue_on(url: str) -> Iterator[None]:
     from django.conf import settings
     from django.test import override_settings
 
-    from delayqueue import connection
+    from delayqueue.engine import clients as connection
 
     config = {**getattr(settings, "DELAYQUEUE", {}), "REDIS_URL": url, "SOCKET_TIMEOUT": 2.0}
     with override_settings(DELAYQUEUE=config):

@@ -15,7 +15,7 @@ import redis
 from celery import Celery
 
 import tests.fuzzing  # noqa: F401  (Hypothesis profiles, before any test module)
-from delayqueue import connection
+from delayqueue.engine import clients as connection
 from tests.processes import Process, child_env
 
 

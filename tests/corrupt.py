@@ -15,8 +15,8 @@ from urllib.parse import quote
 import redis
 from kombu.utils.json import loads as kombu_loads
 
-from delayqueue.celery import run_job
 from delayqueue.errors import DelayQueueError
+from delayqueue.runner import run_job
 from tests.conftest import parked_broker_url
 
 BROKER_QUEUE = "celery"  # Celery's default queue list on the broker

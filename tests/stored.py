@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from delayqueue.keys import QueueKeys
-from delayqueue.packing import job_fields
+from delayqueue.engine.keys import QueueKeys
+from delayqueue.engine.packing import job_fields
 
 
 def stored_job(r: redis.Redis, keys: QueueKeys, job_id: str) -> dict[str, str]:

@@ -13,8 +13,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from delayqueue import browse
-from delayqueue.connection import queue_keys
+from delayqueue.api import browse
+from delayqueue.engine.clients import queue_keys
 from tests import jobs
 from tests.conftest import wait_for
 from tests.test_operations import make_dead, make_inflight, redis_ms, schedule, score

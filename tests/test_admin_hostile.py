@@ -15,7 +15,7 @@ import redis
 from django.contrib.contenttypes.models import ContentType
 from django.test import Client, override_settings
 
-from delayqueue.connection import current_minute, queue_keys
+from delayqueue.engine.clients import current_minute, queue_keys
 from delayqueue.models import DelayedJob
 from tests.test_admin import Q, admin_client, messages_of, post, text, url, user_client
 from tests.test_operations import make_dead, make_inflight, schedule, score

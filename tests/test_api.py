@@ -8,13 +8,14 @@ from decimal import Decimal
 
 import pytest
 import redis
+from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
 import delayqueue
-from delayqueue import connection
-from delayqueue.connection import (
+from delayqueue.engine import clients as connection
+from delayqueue.engine.clients import (
     STATS_TTL_SECONDS,
     current_minute,
     get_scripts,
@@ -223,7 +224,7 @@ def test_redis_unreachable_is_a_clear_error() -> None:
 def test_changed_settings_apply_to_the_next_job(r: redis.Redis) -> None:
     """spec() remembers what it checked about a task; new settings must still count."""
     first = delayqueue.enqueue("tests.jobs.plain", ["a"], delay=60, on_commit=False)
-    base = delayqueue.conf.get_config()
+    base = settings.DELAYQUEUE
     with override_settings(DELAYQUEUE={**base, "MAX_ATTEMPTS": 7, "DEFAULT_QUEUE": "other"}):
         second = delayqueue.enqueue("tests.jobs.plain", ["b"], delay=60, on_commit=False)
         third = jobs.record.delay_for("c", seconds=60, on_commit=False)

@@ -16,15 +16,15 @@ from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 import delayqueue
-from delayqueue.broker import (
+from delayqueue.engine.clients import current_minute
+from delayqueue.worker.loop import DelayWorker
+from delayqueue.worker.publishers import (
     PublishError,
     RedisListPublisher,
     SendTaskPublisher,
     TaskMessage,
     publisher_for,
 )
-from delayqueue.connection import current_minute
-from delayqueue.worker import DelayWorker
 from tests import jobs
 from tests.conftest import wait_for
 from tests.redis_server import RedisServer, free_port

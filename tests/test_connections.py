@@ -14,9 +14,10 @@ from django.conf import settings
 from django.test import override_settings
 
 import delayqueue
-from delayqueue import RedisPermissionDenied, RedisUnavailable, connection
-from delayqueue.celery import run_job
-from delayqueue.worker import DelayWorker
+from delayqueue import RedisPermissionDenied, RedisUnavailable
+from delayqueue.engine import clients as connection
+from delayqueue.runner import run_job
+from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.redis_server import RedisServer, free_port
 

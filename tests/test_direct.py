@@ -9,8 +9,10 @@ import threading
 import pytest
 import redis
 
-from delayqueue import connection, queue, transitions
-from delayqueue.connection import queue_keys
+from delayqueue import client as queue
+from delayqueue.engine import clients as connection
+from delayqueue.engine import transitions
+from delayqueue.engine.clients import queue_keys
 from tests import jobs
 
 SCHEDULED = "dq:{tests}:scheduled"

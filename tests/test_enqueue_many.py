@@ -8,8 +8,8 @@ from typing import Any
 import redis
 
 from delayqueue.conf import WAKE_HORIZON_MS
-from delayqueue.connection import get_redis, get_scripts, queue_keys
-from delayqueue.packing import pack
+from delayqueue.engine.clients import get_redis, get_scripts, queue_keys
+from delayqueue.engine.packing import pack
 from tests.stored import stored_job
 
 Q = queue_keys("t")

@@ -27,12 +27,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import delayqueue
-from delayqueue import connection
-from delayqueue.connection import queue_keys
+from delayqueue.client import Job, JobSpec
+from delayqueue.engine import clients as connection
+from delayqueue.engine.clients import queue_keys
+from delayqueue.engine.keys import new_job_id
 from delayqueue.errors import DelayQueueError
-from delayqueue.keys import new_job_id
-from delayqueue.queue import Job, JobSpec
-from delayqueue.worker import DelayWorker
+from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, wait_for
 from tests.corrupt import (

@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import delayqueue
-from delayqueue import connection
-from delayqueue.celery import run_job
-from delayqueue.connection import current_minute, queue_keys
-from delayqueue.worker import DelayWorker
+from delayqueue.engine import clients as connection
+from delayqueue.engine.clients import current_minute, queue_keys
+from delayqueue.runner import run_job
+from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, wait_for
 from tests.corrupt import (
@@ -62,7 +62,7 @@ SUPPRESS = [
 
 JOB_FIELDS = ["task", "args", "kwargs", "max", "vt", "key", "tok", "att", "rp", "began", "hist",
               "err", "tb", "why", "raw"]  # fmt: skip
-SPEC_FIELDS = ["task", "args", "kwargs", "max", "vt", "key"]  # delayqueue/packing.py
+SPEC_FIELDS = ["task", "args", "kwargs", "max", "vt", "key"]  # delayqueue/engine/packing.py
 MISSING = None
 VALUES: list[bytes | None] = [
     MISSING,

@@ -19,8 +19,7 @@ from django.utils.timezone import make_aware
 
 import delayqueue
 from delayqueue import NotSerializable
-from delayqueue.celery import run_job
-from delayqueue.connection import get_scripts, queue_keys, translate
+from delayqueue.engine.clients import get_scripts, queue_keys, translate
 from delayqueue.errors import (
     DelayQueueError,
     InvalidDelay,
@@ -34,7 +33,8 @@ from delayqueue.errors import (
     RedisReadOnly,
 )
 from delayqueue.payload import MAX_NESTING
-from delayqueue.worker import DelayWorker
+from delayqueue.runner import run_job
+from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.redis_server import RedisServer
 

@@ -30,7 +30,7 @@ from delayqueue import (
     UnknownTask,
 )
 from delayqueue.conf import DEFAULTS
-from delayqueue.worker import DelayWorker
+from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 
 Q = "tests"
@@ -292,7 +292,7 @@ def test_corrupt_jobs_go_to_dead_with_a_reason_and_good_ones_still_run(r):
         _id(8): ({"task": b"\xff\xfe", "args": "[]"}, "corrupt"),  # not UTF-8
         _id(9): ({"task": "tests.jobs.record", "args": '["x"]', "att": "many"}, "corrupt"),
         _id(10): ({"task": "tests.jobs.record", "args": '["x"]', "tok": "1.5"}, "corrupt"),
-        # packed specs of never-claimed jobs (see delayqueue/packing.py)
+        # packed specs of never-claimed jobs (see delayqueue/engine/packing.py)
         _id(11): (b"tests.jobs.record", "corrupt"),  # not six fields
         _id(12): (b"\n\n\n\n\n", "corrupt"),  # six empty fields
         _id(13): (b"tests.jobs.record\n[not json\n\n3\n\n", "corrupt"),

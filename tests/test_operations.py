@@ -1,5 +1,5 @@
-"""The admin's operator actions (delayqueue.operations) and read-only queries
-(delayqueue.browse), on the suite's real Redis."""
+"""The admin's operator actions (delayqueue.api.operations) and read-only queries
+(delayqueue.api.browse), on the suite's real Redis."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import redis
 
-from delayqueue import browse, dashboard, enqueue, operations
-from delayqueue.connection import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
+from delayqueue import enqueue
+from delayqueue.api import browse, dashboard, operations
+from delayqueue.client import Job
+from delayqueue.engine.clients import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
 from delayqueue.errors import InvalidDelay, InvalidJobId
-from delayqueue.queue import Job
 from tests import jobs
 from tests.conftest import wait_for
 

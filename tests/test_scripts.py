@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from delayqueue.conf import WAKE_HORIZON_MS
-from delayqueue.connection import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
-from delayqueue.packing import pack
+from delayqueue.engine.clients import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
+from delayqueue.engine.packing import pack
 from tests.stored import stored_job
 
 Q = queue_keys("t")
@@ -397,7 +397,7 @@ def test_purge_oldest(r: redis.Redis) -> None:
 
 @pytest.mark.parametrize("name", ["enqueue", "claim", "fail", "reap", "ack"])
 def test_every_script_declares_its_keys_in_a_header(name: str) -> None:
-    from delayqueue.scripts import load_source
+    from delayqueue.engine.scripts import load_source
 
     source = load_source(name)
     assert source.startswith("-- ") and "KEYS[1]" in source.split("local", 1)[0]

@@ -19,8 +19,8 @@ import redis
 
 import delayqueue
 from delayqueue.conf import WAKE_HORIZON_MS
-from delayqueue.connection import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
-from delayqueue.packing import pack
+from delayqueue.engine.clients import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
+from delayqueue.engine.packing import pack
 from tests import jobs
 
 Q = queue_keys("h")

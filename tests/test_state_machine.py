@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import delayqueue
-from delayqueue.connection import (
+from delayqueue.engine.clients import (
     STATS_TTL_SECONDS,
     current_minute,
     get_scripts,
     queue_keys,
     redis_now_ms,
 )
-from delayqueue.packing import SPEC_FIELDS
+from delayqueue.engine.packing import SPEC_FIELDS
 from tests import jobs
 from tests.conftest import _test_redis
 from tests.fuzzing import examples

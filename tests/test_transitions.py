@@ -1,4 +1,4 @@
-"""Each typed wrapper of delayqueue.transitions sends its script exactly the KEYS the
+"""Each typed wrapper of delayqueue.engine.transitions sends its script exactly the KEYS the
 script's header lists, in that order, and only resend-safe scripts say they are."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from delayqueue import transitions
-from delayqueue.keys import QueueKeys
+from delayqueue.engine import transitions
+from delayqueue.engine.keys import QueueKeys
 
-SCRIPTS = Path(transitions.__file__).parent / "scripts"
+SCRIPTS = Path(transitions.__file__).parent / "lua"
 KEYS = QueueKeys("dq", "Q")
 JOB = "01JAAAAAAAAAAAAAAAAAAAAAAA"
 HEADER_KEY = re.compile(r"^-- KEYS\[(\d+)\] .*?(dq:\{Q\}:\S*)", re.MULTILINE)

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from delayqueue.connection import current_minute, get_scripts, queue_keys
-from delayqueue.worker import DelayWorker
+from delayqueue.engine.clients import current_minute, get_scripts, queue_keys
+from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, parked_broker_url
 from tests.redis_server import free_port
@@ -185,7 +185,7 @@ def test_run_side_records_a_failure_for_retry(r: redis.Redis, parked: Celery) ->
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
-    from delayqueue.celery import backoff_ms
+    from delayqueue.runner import backoff_ms
 
     for attempt, base_ms in [(1, 10_000), (2, 20_000), (3, 40_000)]:
         assert 0.8 * base_ms <= backoff_ms(attempt, None) <= 1.2 * base_ms

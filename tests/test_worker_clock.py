@@ -7,8 +7,8 @@ import time
 import redis
 from celery import Celery
 
-from delayqueue.connection import queue_keys, redis_now_ms
-from delayqueue.worker import DelayWorker, RedisClock
+from delayqueue.engine.clients import queue_keys, redis_now_ms
+from delayqueue.worker.loop import DelayWorker, RedisClock
 from tests import jobs
 
 Q = queue_keys("tests")

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from delayqueue.dashboard import Bucket
+from delayqueue.api.dashboard import Bucket
 
 register = template.Library()
 

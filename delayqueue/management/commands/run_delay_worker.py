@@ -36,7 +36,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from delayqueue.worker import DelayWorker
+        from delayqueue.worker.loop import DelayWorker
 
         level = VERBOSITY_LEVELS.get(options["verbosity"], logging.INFO)
         logger = logging.getLogger("delayqueue")

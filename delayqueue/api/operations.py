@@ -9,11 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from delayqueue import transitions
-from delayqueue.conf import get_config
-from delayqueue.connection import get_raw_redis, get_redis, queue_keys, redis_errors, run, run_all
+from delayqueue.conf import get_settings
+from delayqueue.engine import transitions
+from delayqueue.engine.clients import (
+    get_raw_redis,
+    get_redis,
+    queue_keys,
+    redis_errors,
+    run,
+    run_all,
+)
+from delayqueue.engine.keys import check_job_id, check_queue_name
 from delayqueue.errors import InvalidDelay
-from delayqueue.keys import check_job_id, check_queue_name
 
 RETRY_CHUNK = 500
 PURGE_CHUNK = 1000
@@ -57,7 +64,7 @@ def reschedule(queue: str, ids: Sequence[str], delay_ms: int) -> ActionResult:
     """Scheduled jobs -> due ``delay_ms`` from now (Redis's clock)."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    max_ms = int(get_config()["MAX_DELAY"]) * 1000
+    max_ms = int(get_settings().max_delay) * 1000
     if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or not 0 <= delay_ms <= max_ms:
         raise InvalidDelay(f"a delay must be 0 to {max_ms} ms, not {delay_ms!r}")
     replies = run_all(

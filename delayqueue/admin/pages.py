@@ -26,14 +26,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError as RedisClientError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayqueue import browse, operations
-from delayqueue import dashboard as dashboard_queries
-from delayqueue.admin_actions import ACTIONS, STATE_LABELS, Action, perform
-from delayqueue.conf import get_config
-from delayqueue.display import Moment
+from delayqueue.admin.actions import ACTIONS, STATE_LABELS, Action, perform
+from delayqueue.api import browse, operations
+from delayqueue.api import dashboard as dashboard_queries
+from delayqueue.api.display import Moment
+from delayqueue.api.job_detail import job_detail as read_job
+from delayqueue.conf import get_settings
+from delayqueue.engine.keys import JOB_ID
 from delayqueue.errors import DelayQueueError, RedisUnavailable
-from delayqueue.job_detail import job_detail as read_job
-from delayqueue.keys import JOB_ID
 from delayqueue.models import DelayedJob
 from delayqueue.redaction import redact
 
@@ -87,7 +87,7 @@ def _require(request: HttpRequest, perm: str) -> None:
 def shown_error(exc: BaseException) -> str:
     """An error's message as a page may show it: no secret of the Redis URL in any form."""
     try:
-        url = str(get_config()["REDIS_URL"])
+        url = str(get_settings().redis_url)
     except Exception:  # settings that cannot even be read: redact URLs in the text alone
         url = ""
     return redact(str(exc), url)
@@ -276,10 +276,10 @@ def _delay_ms(request: HttpRequest) -> int:
     except ValueError:
         amount = -1.0
     seconds = amount * UNITS.get(unit, 0)
-    if unit not in UNITS or not 0 <= seconds <= get_config()["MAX_DELAY"]:
+    if unit not in UNITS or not 0 <= seconds <= get_settings().max_delay:
         raise ValueError(
             f"“{raw} {unit}” is not a delay; give a number of seconds, minutes, hours or days "
-            f"from 0 up to {get_config()['MAX_DELAY'] // 86400} days."
+            f"from 0 up to {get_settings().max_delay // 86400} days."
         )
     return int(seconds * 1000)
 

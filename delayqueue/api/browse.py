@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Literal
 
 from redis import Redis
 
-from delayqueue.connection import get_raw_redis, global_keys, queue_keys, redis_errors
-from delayqueue.display import Moment, Reads, integer, relative_text, text
-from delayqueue.keys import JOB_ID, QUEUE_NAME, QueueKeys
-from delayqueue.packing import job_fields
+from delayqueue.api.display import Moment, Reads, integer, relative_text, text
+from delayqueue.engine.clients import get_raw_redis, global_keys, queue_keys, redis_errors
+from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys
+from delayqueue.engine.packing import job_fields
 
 if TYPE_CHECKING:
-    from delayqueue.job_detail import JobDetail
+    from delayqueue.api.job_detail import JobDetail
 
 __all__ = ["Moment", "relative_text"]  # shown times, for the pages and their tests
 
@@ -95,7 +95,7 @@ def queue_exists(queue: str) -> bool:
 
 def job_detail(queue: str, job_id: str) -> JobDetail | None:
     """Everything about one job (see job_detail.py, which builds on this module)."""
-    from delayqueue.job_detail import job_detail as read
+    from delayqueue.api.job_detail import job_detail as read
 
     return read(queue, job_id)
 

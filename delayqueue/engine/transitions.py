@@ -3,7 +3,7 @@
 Each function takes a queue's keys and named arguments and returns a ``ScriptCall``: the
 script's name, its KEYS and ARGV in the order the script's header gives, whether it is safe
 to send twice, and how to read its reply into a named type. ``run``, ``run_many`` and
-``run_direct`` (in ``delayqueue.connection``) execute calls; nothing else writes a KEYS or
+``run_direct`` (in ``delayqueue.engine.clients``) execute calls; nothing else writes a KEYS or
 ARGV list or unpacks a reply by position.
 
 Safe to resend means: running the call twice with the same arguments leaves Redis as once
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from delayqueue.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
+from delayqueue.engine.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
 
 ReplyT = TypeVar("ReplyT")
 Id = str | bytes  # ids read back from Redis as bytes may be any bytes (corrupt data)
@@ -25,7 +25,7 @@ Id = str | bytes  # ids read back from Redis as bytes may be any bytes (corrupt 
 
 @dataclass(frozen=True)
 class ScriptCall(Generic[ReplyT]):
-    script: str  # the name of delayqueue/scripts/<script>.lua
+    script: str  # the name of delayqueue/engine/lua/<script>.lua
     keys: list[Any]
     args: list[Any]
     parse: Callable[[Any], ReplyT]
@@ -48,7 +48,7 @@ class NewJob:
     ms: int
     key: str  # dedupe key, or ""
     on_conflict: str  # "keep" | "replace"
-    packed: str  # the spec (delayqueue.packing)
+    packed: str  # the spec (delayqueue.engine.packing)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from delayqueue.browse import STATES, State, job_key, redis_now, zset_of
-from delayqueue.connection import get_raw_redis, queue_keys, redis_errors
-from delayqueue.display import DETAIL_CHARS, Moment, Reads, integer, text, ulid_ms
-from delayqueue.packing import job_fields
+from delayqueue.api.browse import STATES, State, job_key, redis_now, zset_of
+from delayqueue.api.display import DETAIL_CHARS, Moment, Reads, integer, text, ulid_ms
+from delayqueue.engine.clients import get_raw_redis, queue_keys, redis_errors
+from delayqueue.engine.packing import job_fields
 
 PRETTY_CHARS = 200_000  # arguments longer than this are shown as stored, not re-indented
 HISTORY_SHOWN = 200

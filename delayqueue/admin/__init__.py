@@ -13,7 +13,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, register_converter
 
-from delayqueue import views
+from delayqueue.admin import pages as views
 from delayqueue.models import DelayedJob
 
 

@@ -14,10 +14,9 @@ from typing import Any, Literal
 from celery import Task
 from django.db import transaction
 
-from delayqueue import transitions
-from delayqueue.celery import resolve_task
-from delayqueue.conf import WAKE_HORIZON_MS, get_config
-from delayqueue.connection import (
+from delayqueue.conf import WAKE_HORIZON_MS, Settings, get_settings
+from delayqueue.engine import transitions
+from delayqueue.engine.clients import (
     get_redis,
     queue_keys,
     redis_errors,
@@ -26,10 +25,11 @@ from delayqueue.connection import (
     run_all,
     run_direct,
 )
+from delayqueue.engine.keys import check_job_id, check_queue_name, new_job_id
+from delayqueue.engine.packing import job_fields, pack
 from delayqueue.errors import InvalidJobId, NotSerializable, UnknownTask
-from delayqueue.keys import check_job_id, check_queue_name, new_job_id
-from delayqueue.packing import job_fields, pack
 from delayqueue.payload import encode_args
+from delayqueue.runner import resolve_task
 from delayqueue.schedule import Mode, to_due
 from delayqueue.validators import (
     check_key,
@@ -70,7 +70,7 @@ class JobSpec:
     mode: Mode
     ms: int
     on_conflict: OnConflict
-    packed: str  # the spec as enqueue.lua stores it (delayqueue.packing)
+    packed: str  # the spec as enqueue.lua stores it (delayqueue.engine.packing)
 
 
 def spec(
@@ -87,10 +87,10 @@ def spec(
     visibility_timeout: float | None = None,
 ) -> JobSpec:
     """Check everything about a job without writing it."""
-    config = get_config()
+    config = get_settings()
     target = _target(task, queue, max_attempts, visibility_timeout, config)
     mode, ms = to_due(delay, eta)
-    args_json, kwargs_json = encode_args(args, kwargs or {}, config["MAX_PAYLOAD_BYTES"])
+    args_json, kwargs_json = encode_args(args, kwargs or {}, config.max_payload_bytes)
     if key is not None:
         check_key(key)
     check_on_conflict(on_conflict)
@@ -104,7 +104,7 @@ class _Target:
     """What spec() checks about a task and its options, the same for each of its calls."""
 
     task: Task | str
-    config: dict[str, Any]
+    config: Settings
     name: str
     queue: str
     attempts: str
@@ -119,7 +119,7 @@ def _target(
     queue: str | None,
     max_attempts: int | None,
     visibility_timeout: float | None,
-    config: dict[str, Any],
+    config: Settings,
 ) -> _Target:
     """The checked target of ``task`` with these options, remembered per task object and
     options until the settings change (a new ``config``): most calls repeat the last one."""
@@ -142,19 +142,15 @@ def _check_target(
     queue: str | None,
     max_attempts: int | None,
     visibility_timeout: float | None,
-    config: dict[str, Any],
+    config: Settings,
 ) -> _Target:
     name, task_obj = resolve_task(task)
     if "\n" in name:
         raise UnknownTask(f"task names cannot contain a newline: {name!r}")
-    queue = check_queue_name(
-        queue or getattr(task_obj, "dq_queue", None) or config["DEFAULT_QUEUE"]
-    )
+    queue = check_queue_name(queue or getattr(task_obj, "dq_queue", None) or config.default_queue)
     # `is not None`, not `or`: an explicit 0 is an error, not "use the default".
     attempts = check_max_attempts(
-        _first_given(
-            max_attempts, getattr(task_obj, "dq_max_attempts", None), config["MAX_ATTEMPTS"]
-        )
+        _first_given(max_attempts, getattr(task_obj, "dq_max_attempts", None), config.max_attempts)
     )
     timeout = _first_given(visibility_timeout, getattr(task_obj, "dq_visibility_timeout", None))
     vt = "" if timeout is None else str(round(check_visibility_timeout(timeout) * 1000))
@@ -183,7 +179,7 @@ def spec_many(
         return []
     first = spec(task, _positional(first_args, 0), delay=delay, eta=eta)
     head, _, tail = first.packed.split("\n", 2)  # task name, args, the rest
-    max_bytes = int(get_config()["MAX_PAYLOAD_BYTES"])
+    max_bytes = int(get_settings().max_payload_bytes)
     specs = [first]
     for index, args in enumerate(rest, 1):
         _positional(args, index)

@@ -8,13 +8,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from hiredis import pack_command
 from redis import Redis
 from redis.commands.core import Script
 from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
-from delayqueue.conf import get_config
+from delayqueue.conf import get_settings
+from delayqueue.engine.keys import STATS_TTL_SECONDS as STATS_TTL_SECONDS
+from delayqueue.engine.keys import GlobalKeys, QueueKeys
+from delayqueue.engine.keys import current_minute as current_minute
+from delayqueue.engine.scripts import Scripts
+from delayqueue.engine.transitions import ReplyT, ScriptCall
 from delayqueue.errors import (
     DelayQueueError,
     InvalidOption,
@@ -26,12 +33,7 @@ from delayqueue.errors import (
     RedisReadOnly,
     RedisUnavailable,
 )
-from delayqueue.keys import STATS_TTL_SECONDS as STATS_TTL_SECONDS
-from delayqueue.keys import GlobalKeys, QueueKeys
-from delayqueue.keys import current_minute as current_minute
 from delayqueue.redaction import redact_url
-from delayqueue.scripts import Scripts
-from delayqueue.transitions import ReplyT, ScriptCall
 
 _lock = threading.Lock()
 _client: Redis | None = None
@@ -42,12 +44,12 @@ _direct: DirectConnections | None = None
 
 
 def _make_client(*, decode: bool) -> Redis:
-    config = get_config()
+    config = get_settings()
     return client_from_url(
-        config["REDIS_URL"],
+        config.redis_url,
         decode_responses=decode,
-        socket_timeout=config["SOCKET_TIMEOUT"],
-        socket_connect_timeout=config["SOCKET_TIMEOUT"],
+        socket_timeout=config.socket_timeout,
+        socket_connect_timeout=config.socket_timeout,
         health_check_interval=30,
     )
 
@@ -102,12 +104,18 @@ def reset() -> None:
         _known_queues.clear()
 
 
+@receiver(setting_changed)
+def _reset_on_settings_change(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DELAYQUEUE", "CELERY_BROKER_URL"):
+        reset()
+
+
 def queue_keys(queue: str) -> QueueKeys:
-    return QueueKeys(get_config()["KEY_PREFIX"], queue)
+    return QueueKeys(get_settings().key_prefix, queue)
 
 
 def global_keys() -> GlobalKeys:
-    return GlobalKeys(get_config()["KEY_PREFIX"])
+    return GlobalKeys(get_settings().key_prefix)
 
 
 def remember_queue(queue: str) -> None:
@@ -321,4 +329,4 @@ _KNOWN: dict[str, type[BaseException] | tuple[type[BaseException], ...]] = {
 
 
 def safe_url() -> str:
-    return redact_url(str(get_config()["REDIS_URL"]))
+    return redact_url(str(get_settings().redis_url))

@@ -14,7 +14,7 @@ INCLUDE = re.compile(r"^-- #include (_\w+)\.lua$", re.MULTILINE)
 def load_source(name: str) -> str:
     """A script's source, with each ``-- #include _name.lua`` line replaced by that file
     (the helpers several transitions share)."""
-    source = files("delayqueue").joinpath("scripts", f"{name}.lua").read_text(encoding="utf-8")
+    source = files("delayqueue.engine").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
     return INCLUDE.sub(lambda m: load_source(m.group(1)), source)
 
 

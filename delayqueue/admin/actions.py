@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.contrib import messages
 from django.http import HttpRequest
 
-from delayqueue import browse, operations
+from delayqueue.api import browse, operations
 
 STATE_LABELS = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"}
 

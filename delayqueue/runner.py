@@ -12,14 +12,14 @@ from typing import Any
 from celery import Celery, Task, current_app
 from django.utils.module_loading import import_string
 
-from delayqueue import transitions
-from delayqueue.conf import get_config
-from delayqueue.connection import queue_keys, run, run_direct
+from delayqueue.conf import get_settings
+from delayqueue.engine import transitions
+from delayqueue.engine.clients import queue_keys, run, run_direct
+from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys
 from delayqueue.errors import DelayQueueError, UnknownTask
-from delayqueue.keys import JOB_ID, QUEUE_NAME, QueueKeys
 from delayqueue.validators import BACKOFF_MAX_SECONDS
 
-logger = logging.getLogger("delayqueue")
+logger = logging.getLogger(__name__)
 
 # Message headers a dispatch carries; Celery exposes them as request attributes.
 HEADER_QUEUE = "dq_queue"
@@ -30,7 +30,7 @@ Backoff = float | Callable[[int], float]
 
 
 def get_celery_app() -> Celery:
-    path = get_config()["CELERY_APP"]
+    path = get_settings().celery_app
     if path:
         module, _, attribute = path.partition(":")
         configured: Celery = import_string(f"{module}.{attribute or 'app'}")
@@ -55,7 +55,7 @@ def resolve_task(task: Task | str) -> tuple[str, Task | None]:
 
 def backoff_ms(attempt: int, backoff: Backoff | None) -> int:
     """Delay before the next attempt: exponential from BACKOFF_BASE, capped, with jitter."""
-    config = get_config()
+    config = get_settings()
     if callable(backoff):
         try:
             seconds = float(backoff(attempt))
@@ -66,9 +66,9 @@ def backoff_ms(attempt: int, backoff: Backoff | None) -> int:
             logger.error("backoff(%s) gave %r seconds; using the default backoff", attempt, seconds)
             return backoff_ms(attempt, None)
         return int(seconds * 1000)
-    base = float(backoff if backoff is not None else config["BACKOFF_BASE"])
-    seconds = min(float(config["BACKOFF_MAX"]), base * 2 ** max(0, attempt - 1))
-    jitter = float(config["BACKOFF_JITTER"])
+    base = float(backoff if backoff is not None else config.backoff_base)
+    seconds = min(float(config.backoff_max), base * 2 ** max(0, attempt - 1))
+    jitter = float(config.backoff_jitter)
     return max(0, int(seconds * random.uniform(1 - jitter, 1 + jitter) * 1000))
 
 
@@ -101,7 +101,7 @@ def run_job(
         logger.warning("not a delayqueue dispatch (headers %r), not run", (queue, job_id, token))
         return None
     keys = queue_keys(queue)
-    visibility_ms = int(get_config()["VISIBILITY_TIMEOUT"] * 1000)
+    visibility_ms = int(get_settings().visibility_timeout * 1000)
     # begin and ack are safe to resend (run_direct sends a call again on a connection Redis
     # dropped while it was idle): the second begin restarts the same deadline, the second
     # ack finds the job gone.
@@ -125,7 +125,7 @@ def run_job(
 def _record_failure(
     keys: QueueKeys, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
 ) -> None:
-    config = get_config()
+    config = get_settings()
     error = utf8_safe(f"{type(exc).__qualname__}: {_message(exc)}"[:2000])
     try:
         trace = "".join(traceback.format_exception(exc))[-20000:]
@@ -139,8 +139,8 @@ def _record_failure(
         backoff_ms=backoff_ms(attempt, backoff),
         error=error,
         traceback=trace,
-        max_attempts=config["MAX_ATTEMPTS"],
-        dead_max=config["DEAD_MAX"],
+        max_attempts=config.max_attempts,
+        dead_max=config.dead_max,
     )
     try:
         outcome = run(call)

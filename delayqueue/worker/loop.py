@@ -24,11 +24,10 @@ from celery import Celery
 from redis.client import PubSub
 from ulid import ULID
 
-from delayqueue import transitions
-from delayqueue.broker import PublishError, TaskMessage, publisher_for
-from delayqueue.celery import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, get_celery_app, utf8_safe
-from delayqueue.conf import get_config
-from delayqueue.connection import (
+from delayqueue.conf import get_settings
+from delayqueue.decorator import DelayedTask
+from delayqueue.engine import transitions
+from delayqueue.engine.clients import (
     get_raw_redis,
     get_redis,
     global_keys,
@@ -39,15 +38,16 @@ from delayqueue.connection import (
     run_all,
     run_many,
 )
-from delayqueue.decorator import DelayedTask
+from delayqueue.engine.keys import check_queue_name
+from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import CorruptJob, DelayQueueError, RedisUnavailable
-from delayqueue.keys import check_queue_name
 from delayqueue.payload import decode_args
+from delayqueue.runner import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, get_celery_app, utf8_safe
 from delayqueue.tasks import RUN_TASK
-from delayqueue.transitions import ScriptCall
 from delayqueue.validators import check_batch_size, check_visibility_timeout
+from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
 
-logger = logging.getLogger("delayqueue.worker")
+logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
 HEARTBEAT_TTL_SECONDS = 30
@@ -121,17 +121,17 @@ class DelayWorker:
         visibility_timeout: float | None = None,
         celery_app: Celery | None = None,
     ) -> None:
-        config = get_config()
+        config = get_settings()
         self.fixed_queues = [check_queue_name(q) for q in queues] if queues else None
         self.queues: list[str] = list(self.fixed_queues or [])
         self.batch_size = check_batch_size(
-            batch_size if batch_size is not None else config["BATCH_SIZE"]
+            batch_size if batch_size is not None else config.batch_size
         )
         timeout = (
-            visibility_timeout if visibility_timeout is not None else config["VISIBILITY_TIMEOUT"]
+            visibility_timeout if visibility_timeout is not None else config.visibility_timeout
         )
         self.visibility_ms = round(check_visibility_timeout(timeout) * 1000)
-        self.safety_poll = float(config["SAFETY_POLL"])
+        self.safety_poll = float(config.safety_poll)
         self.app = celery_app or get_celery_app()
         self.publisher = publisher_for(self.app)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
@@ -235,7 +235,7 @@ class DelayWorker:
         reported) has come, or at least every REAP_AT_LEAST_EVERY seconds: reaping a queue
         whose deadlines all lie ahead finds nothing, and at 1,000 due jobs a second the worker
         passes about that often."""
-        attempts = int(get_config()["MAX_ATTEMPTS"])
+        attempts = int(get_settings().max_attempts)
         plan: list[tuple[str, bool, list[ScriptCall[Any]]]] = []
         for queue in self.queues:
             keys = queue_keys(queue)
@@ -446,7 +446,7 @@ class DelayWorker:
         if self.fixed_queues is None:
             known = _known_queue_names()
             known |= {
-                task.dq_queue or get_config()["DEFAULT_QUEUE"]
+                task.dq_queue or get_settings().default_queue
                 for task in self.app.tasks.values()
                 if isinstance(task, DelayedTask)
             }

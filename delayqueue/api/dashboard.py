@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from delayqueue.browse import HOUR_MS, MINUTE_MS, redis_now
-from delayqueue.connection import get_raw_redis, global_keys, queue_keys, redis_errors
-from delayqueue.display import Moment, Reads, integer, text
+from delayqueue.api.browse import HOUR_MS, MINUTE_MS, redis_now
+from delayqueue.api.display import Moment, Reads, integer, text
+from delayqueue.engine.clients import get_raw_redis, global_keys, queue_keys, redis_errors
 
 MAX_WORKERS_SHOWN = 100
 FIELD_CHARS = 200  # most characters of a worker's id or field shown

@@ -32,7 +32,7 @@ from kombu import Connection
 from kombu.entity import maybe_delivery_mode
 from kombu.exceptions import OperationalError
 
-logger = logging.getLogger("delayqueue.worker")
+logger = logging.getLogger(__name__)
 
 DISPATCH_MODES = ("auto", "send_task")
 REDIS_SCHEMES = ("redis", "rediss")
@@ -328,9 +328,9 @@ def publisher_for(app: Celery, mode: str | None = None) -> Publisher:
     ``mode`` (default ``DELAYQUEUE["DISPATCH_MODE"]``): "auto" uses the Redis fast path when
     the broker is Redis; "send_task" always uses Celery's ``send_task``."""
     if mode is None:
-        from delayqueue.conf import get_config
+        from delayqueue.conf import get_settings
 
-        mode = str(get_config().get("DISPATCH_MODE", "auto"))
+        mode = get_settings().dispatch_mode
     if mode not in DISPATCH_MODES:
         raise ImproperlyConfigured(
             f'DELAYQUEUE["DISPATCH_MODE"] must be one of {DISPATCH_MODES}, not {mode!r}'
