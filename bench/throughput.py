@@ -11,7 +11,8 @@ from bench import baselines
 from bench.env import BROKER_DB, DQ_DB, BenchEnv
 from bench.report import Figure
 from delayqueue import client
-from delayqueue.worker.loop import Claimed, DelayWorker
+from delayqueue.worker.dispatch import Claimed
+from delayqueue.worker.loop import DelayWorker
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""System checks (``python manage.py check``). Ids are listed in the README."""
+"""System checks (``python manage.py check``), one registered function per concern. Ids are
+listed in the README. Values are checked with the same validators the API and the command
+line use (validators.py)."""
 
 from __future__ import annotations
 
@@ -12,50 +14,88 @@ from delayqueue.engine.clients import client_from_url
 from delayqueue.errors import InvalidOption
 from delayqueue.validators import SETTING_VALIDATORS
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
-@register()
-def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    messages: list[CheckMessage] = []
+
+def _given() -> dict[str, Any] | None:
+    """``settings.DELAYQUEUE`` over the defaults, or None when it is not a dict (E001)."""
     user = getattr(settings, "DELAYQUEUE", {})
     if not isinstance(user, dict):
+        return None
+    return {**DEFAULTS, **user}
+
+
+@register()
+def check_is_a_dict(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    if _given() is not None:
+        return []
+    return [
+        Error(
+            "DELAYQUEUE must be a dict.",
+            hint="DELAYQUEUE = {'REDIS_URL': ...}",
+            id="delayqueue.E001",
+        )
+    ]
+
+
+@register()
+def check_known_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    user = getattr(settings, "DELAYQUEUE", {})
+    unknown = sorted(set(user) - set(DEFAULTS)) if isinstance(user, dict) else []
+    if not unknown:
+        return []
+    return [
+        Error(
+            f"DELAYQUEUE has unknown settings: {', '.join(map(str, unknown))}.",
+            hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+            id="delayqueue.E002",
+        )
+    ]
+
+
+@register()
+def check_redis_url(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    config = _given()
+    if config is None:
+        return []
+    url = config["REDIS_URL"] or getattr(settings, "CELERY_BROKER_URL", None)
+    if url is None:
         return [
-            Error(
-                "DELAYQUEUE must be a dict.",
-                hint="DELAYQUEUE = {'REDIS_URL': ...}",
-                id="delayqueue.E001",
+            Warning(
+                "Neither DELAYQUEUE['REDIS_URL'] nor CELERY_BROKER_URL is set; delayqueue will "
+                "use redis://127.0.0.1:6379/0.",
+                hint="Set DELAYQUEUE = {'REDIS_URL': env('REDIS_URL')}.",
+                id="delayqueue.W001",
             )
         ]
-    unknown = sorted(set(user) - set(DEFAULTS))
-    if unknown:
-        messages.append(
-            Error(
-                f"DELAYQUEUE has unknown settings: {', '.join(unknown)}.",
-                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
-                id="delayqueue.E002",
-            )
-        )
-    config = {**DEFAULTS, **user}
-    url = config["REDIS_URL"] or getattr(settings, "CELERY_BROKER_URL", None)
-    if url is not None and not str(url).startswith(("redis://", "rediss://", "unix://")):
-        messages.append(
+    if not str(url).startswith(REDIS_SCHEMES):
+        return [
             Error(
                 f"DELAYQUEUE['REDIS_URL'] {url!r} is not a Redis URL.",
                 hint="Use redis://host:port/db, rediss:// for TLS or unix:///path.",
                 id="delayqueue.E003",
             )
-        )
-    if url is not None and not messages_about(messages, "delayqueue.E003"):
-        try:
-            client_from_url(str(url))
-        except InvalidOption as exc:
-            messages.append(
-                Error(
-                    f"DELAYQUEUE['REDIS_URL']: {exc}.",
-                    hint="Query parameters are redis-py's connection options "
-                    "(socket_timeout, ssl_ca_certs, ...); see redis.Redis.from_url.",
-                    id="delayqueue.E007",
-                )
+        ]
+    try:
+        client_from_url(str(url))
+    except InvalidOption as exc:
+        return [
+            Error(
+                f"DELAYQUEUE['REDIS_URL']: {exc}.",
+                hint="Query parameters are redis-py's connection options "
+                "(socket_timeout, ssl_ca_certs, ...); see redis.Redis.from_url.",
+                id="delayqueue.E007",
             )
+        ]
+    return []
+
+
+@register()
+def check_numbers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    config = _given()
+    if config is None:
+        return []
+    messages: list[CheckMessage] = []
     for name, validate in SETTING_VALIDATORS.items():
         try:
             validate(config[name])
@@ -67,27 +107,38 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     id="delayqueue.E004",
                 )
             )
-    if config["DISPATCH_MODE"] not in ("auto", "send_task"):
-        messages.append(
-            Error(
-                f"DELAYQUEUE['DISPATCH_MODE'] must be 'auto' or 'send_task', not "
-                f"{config['DISPATCH_MODE']!r}.",
-                hint="'auto' writes Celery messages straight to a Redis broker; "
-                "'send_task' always goes through Celery.",
-                id="delayqueue.E005",
-            )
+    return messages
+
+
+@register()
+def check_dispatch_mode(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    config = _given()
+    if config is None or config["DISPATCH_MODE"] in ("auto", "send_task"):
+        return []
+    return [
+        Error(
+            f"DELAYQUEUE['DISPATCH_MODE'] must be 'auto' or 'send_task', not "
+            f"{config['DISPATCH_MODE']!r}.",
+            hint="'auto' writes Celery messages straight to a Redis broker; "
+            "'send_task' always goes through Celery.",
+            id="delayqueue.E005",
         )
-    if config["REDIS_URL"] is None and getattr(settings, "CELERY_BROKER_URL", None) is None:
-        messages.append(
-            Warning(
-                "Neither DELAYQUEUE['REDIS_URL'] nor CELERY_BROKER_URL is set; delayqueue will use "
-                "redis://127.0.0.1:6379/0.",
-                hint="Set DELAYQUEUE = {'REDIS_URL': env('REDIS_URL')}.",
-                id="delayqueue.W001",
-            )
-        )
-    safety = config["SAFETY_POLL"]
-    if isinstance(safety, int | float) and safety * 1000 > WAKE_HORIZON_MS:
+    ]
+
+
+@register()
+def check_sleep_and_visibility(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    config = _given()
+    if config is None:
+        return []
+    safety, vt = config["SAFETY_POLL"], config["VISIBILITY_TIMEOUT"]
+    numbers = all(
+        isinstance(value, int | float) and not isinstance(value, bool) for value in (safety, vt)
+    )
+    if not numbers:
+        return []  # E004 says so
+    messages: list[CheckMessage] = []
+    if safety * 1000 > WAKE_HORIZON_MS:
         messages.append(
             Error(
                 f"DELAYQUEUE['SAFETY_POLL'] must be at most {WAKE_HORIZON_MS // 1000} seconds, "
@@ -97,8 +148,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="delayqueue.E006",
             )
         )
-    vt = config["VISIBILITY_TIMEOUT"]
-    if isinstance(vt, int | float) and isinstance(safety, int | float) and vt <= safety:
+    if vt <= safety:
         messages.append(
             Warning(
                 "DELAYQUEUE['VISIBILITY_TIMEOUT'] is not longer than SAFETY_POLL; "
@@ -108,7 +158,3 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
-
-
-def messages_about(messages: list[CheckMessage], check_id: str) -> bool:
-    return any(message.id == check_id for message in messages)

@@ -510,8 +510,8 @@ def test_redis_refusing_is_a_clean_503_on_every_page(admin_client, r, monkeypatc
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise refusal
 
-    monkeypatch.setattr("delayqueue.browse.Reads.run", refuse)
-    monkeypatch.setattr("delayqueue.job_detail.Reads.run", refuse)
+    monkeypatch.setattr("delayqueue.api.browse.Reads.run", refuse)
+    monkeypatch.setattr("delayqueue.api.job_detail.Reads.run", refuse)
     for page in (url("changelist"), url("list", Q, "dead"), url("job", Q, job.id)):
         response = admin_client.get(page)
         assert response.status_code == 503, page

@@ -245,7 +245,7 @@ def _id(n: int) -> str:
 
 @pytest.fixture(autouse=True)
 def _parked(parked_celery: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("delayqueue.worker.get_celery_app", lambda: parked_celery)
+    monkeypatch.setattr("delayqueue.worker.loop.get_celery_app", lambda: parked_celery)
 
 
 def _run_worker_once() -> DelayWorker:

@@ -28,3 +28,13 @@ def test_ruff_format() -> None:
 def test_mypy() -> None:
     result = run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_import_contracts() -> None:
+    """The layers of pyproject.toml's [tool.importlinter] contracts hold."""
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    result = subprocess.run(
+        [str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout

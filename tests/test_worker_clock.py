@@ -8,7 +8,8 @@ import redis
 from celery import Celery
 
 from delayqueue.engine.clients import queue_keys, redis_now_ms
-from delayqueue.worker.loop import DelayWorker, RedisClock
+from delayqueue.worker.clock import RedisClock
+from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 
 Q = queue_keys("tests")

@@ -13,7 +13,6 @@ import math
 import os
 import signal
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from types import FrameType
@@ -34,18 +33,16 @@ from delayqueue.engine.clients import (
     queue_keys,
     redis_errors,
     redis_now_ms,
-    run,
-    run_all,
     run_many,
 )
 from delayqueue.engine.keys import check_queue_name
 from delayqueue.engine.transitions import ScriptCall
-from delayqueue.errors import CorruptJob, DelayQueueError, RedisUnavailable
-from delayqueue.payload import decode_args
-from delayqueue.runner import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, get_celery_app, utf8_safe
-from delayqueue.tasks import RUN_TASK
+from delayqueue.errors import DelayQueueError, RedisUnavailable
+from delayqueue.runner import get_celery_app
 from delayqueue.validators import check_batch_size, check_visibility_timeout
-from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
+from delayqueue.worker.clock import RedisClock
+from delayqueue.worker.dispatch import Claimed, Dispatcher, decode_claimed
+from delayqueue.worker.publishers import Publisher
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +54,6 @@ REAP_AT_LEAST_EVERY = 1.0
 
 
 @dataclass
-class Claimed:
-    queue: str
-    id: str
-    token: str
-    attempt: int
-    task: str
-    args_json: str
-    kwargs_json: str
-
-
-@dataclass
 class PassResult:
     """What one reap+claim pass saw, in Redis's clock."""
 
@@ -75,41 +61,6 @@ class PassResult:
     full: bool = False
     wait_ms: float = 0.0  # from Redis's reply until the next due time or deadline
     wake_at: float = 0.0  # the next due time or deadline as a time.monotonic()
-
-
-class RedisClock:
-    """Where Redis's clock (the clock of every due time) stands against ``time.monotonic()``,
-    so that the worker wakes when a job is due by Redis's clock, to a fraction of a ms.
-
-    Each claim reply carries Redis's ``now``, floored to the ms and read before the reply
-    arrived: ``now - replied`` is a lower bound of the offset between the two clocks, and the
-    largest bound seen lies within a fraction of a ms of the truth once a few passes have
-    run. Waking at ``point - offset`` is therefore never before ``point``, and about 0.5 ms
-    sooner on average than waking ``point - now`` ms after the reply (which the floor of
-    ``now`` makes up to 1 ms late). The estimate gives up 1 ms per second (far more than any
-    drift between the clocks) and is dropped for the current bound whenever Redis says a
-    point it predicted is not reached yet (Redis's clock was set back): never a busy loop.
-    """
-
-    DRIFT = 0.001  # ms given up per ms elapsed
-
-    def __init__(self) -> None:
-        self.offset_ms: float | None = None  # Redis ms minus monotonic ms, a lower bound
-        self._at = 0.0
-
-    def observe(self, now_ms: int, replied: float) -> None:
-        bound = now_ms - replied * 1000
-        if self.offset_ms is not None:
-            bound = max(bound, self.offset_ms - (replied - self._at) * 1000 * self.DRIFT)
-        self.offset_ms, self._at = bound, replied
-
-    def reset(self, now_ms: int, replied: float) -> None:
-        self.offset_ms, self._at = now_ms - replied * 1000, replied
-
-    def monotonic_at(self, point_ms: int) -> float:
-        """When ``time.monotonic()`` reaches Redis's ``point_ms``, at the earliest."""
-        assert self.offset_ms is not None
-        return (point_ms - self.offset_ms) / 1000
 
 
 class DelayWorker:
@@ -133,11 +84,9 @@ class DelayWorker:
         self.visibility_ms = round(check_visibility_timeout(timeout) * 1000)
         self.safety_poll = float(config.safety_poll)
         self.app = celery_app or get_celery_app()
-        self.publisher = publisher_for(self.app)
+        self.dispatcher = Dispatcher(self.app)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
         self.stopping = False
-        self.outage_backoff = 0.0
-        self.dispatched = 0
         self._last_heartbeat = 0.0
         self._pubsub: PubSub | None = None
         self._subscribed: set[str] = set()
@@ -220,7 +169,7 @@ class DelayWorker:
             claim: transitions.Claim = queue_replies[-1]
             points += self._note_claim(queue, claim, started, reaping, replied, result)
             for raw in claim.jobs:
-                job = _decode_claimed(queue, raw)
+                job = decode_claimed(queue, raw)
                 if job is not None:
                     result.claimed.append(job)
         result.wake_at = self._wake_at(points, replied) if points else replied + self.safety_poll
@@ -297,85 +246,16 @@ class DelayWorker:
     # ---- dispatch --------------------------------------------------------------------
 
     def dispatch(self, jobs: list[Claimed]) -> None:
-        """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
-        refuses, the jobs not yet published go back to scheduled with a backoff."""
-        sendable: list[Claimed] = []
-        messages: list[TaskMessage] = []
-        for job in jobs:
-            try:
-                message = self._message(job)
-            except CorruptJob as exc:
-                self._bury(job, f"corrupt job data: {exc}")
-                continue
-            except Exception as exc:  # whatever one job's data does, it is that job's problem
-                self._bury(job, f"cannot build its Celery message: {_describe(exc)}")
-                continue
-            messages.append(message)
-            sendable.append(job)
-        if messages:
-            self._publish(sendable, messages)
+        """Hand claimed jobs to Celery (see dispatch.py)."""
+        self.dispatcher.dispatch(jobs)
 
-    def _message(self, job: Claimed) -> TaskMessage:
-        args, kwargs = decode_args(job.args_json, job.kwargs_json)
-        target = self.app.tasks.get(job.task)
-        if target is None:
-            raise CorruptJob(f"unknown task {job.task!r}: no Celery task has this name")
-        headers = {HEADER_QUEUE: job.queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
-        if isinstance(target, DelayedTask):
-            return TaskMessage(job.task, args, kwargs, headers, job.task)
-        return TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
+    @property
+    def dispatched(self) -> int:
+        return self.dispatcher.dispatched
 
-    def _publish(self, jobs: list[Claimed], messages: list[TaskMessage]) -> bool:
-        """Publish a batch; False when the broker refused it (the jobs not published go back
-        to scheduled). A message the publisher cannot encode or route buries its own job
-        (found by publishing the batch one message at a time), not the batch."""
-        try:
-            self.publisher.publish(messages)
-        except PublishError as exc:
-            self.dispatched += exc.published
-            self._broker_outage(jobs[exc.published :], exc.cause)
-            return False
-        except Exception:
-            if len(messages) == 1:
-                self._bury(jobs[0], f"cannot publish its Celery message: {_describe_current()}")
-                return True
-            for index, (job, message) in enumerate(zip(jobs, messages, strict=True)):
-                if not self._publish([job], [message]):
-                    self._broker_outage(jobs[index + 1 :], RuntimeError("broker unavailable"))
-                    return False
-            return True
-        self.dispatched += len(messages)
-        self.outage_backoff = 0.0
-        logger.debug("dispatched %s jobs", len(messages))
-        return True
-
-    def _bury(self, job: Claimed, reason: str) -> None:
-        _bury(job.queue, job.id, reason)
-
-    def _broker_outage(self, jobs: list[Claimed], exc: BaseException) -> None:
-        self.outage_backoff = min(30.0, max(1.0, self.outage_backoff * 2))
-        logger.error(
-            "Celery broker refused a dispatch (%s); %s jobs go back to scheduled for %.0f s",
-            exc,
-            len(jobs),
-            self.outage_backoff,
-        )
-        if not jobs:
-            return
-        reason = utf8_safe(f"broker unavailable: {exc}"[:500])
-        delay_ms = int(self.outage_backoff * 1000)
-        releases = [
-            transitions.release(
-                queue_keys(job.queue),
-                job.id,
-                token=job.token,
-                delay_ms=delay_ms,
-                give_back=True,
-                reason=reason,
-            )
-            for job in jobs
-        ]
-        run_all(releases)
+    @property
+    def publisher(self) -> Publisher:
+        return self.dispatcher.publisher
 
     # ---- sleeping, heartbeat ---------------------------------------------------------
 
@@ -469,51 +349,6 @@ class DelayWorker:
                 self._pubsub.close()
         except (RedisUnavailable, OSError):
             pass  # the heartbeat key expires on its own
-
-
-def _decode_claimed(queue: str, raw: transitions.ClaimedJob) -> Claimed | None:
-    """A claimed job from the script's bytes; one whose data is not UTF-8 goes to dead."""
-    job_id, token, attempt = raw.id, raw.token, raw.attempt
-    task, args_json, kwargs_json = raw.task, raw.args_json, raw.kwargs_json
-    try:
-        return Claimed(
-            queue,
-            job_id.decode(),
-            str(int(token)),
-            int(attempt),
-            task.decode(),
-            args_json.decode(),
-            kwargs_json.decode(),
-        )
-    except UnicodeDecodeError:
-        reason = "corrupt job data: not UTF-8 text (delayqueue stores JSON only)"
-    except (ValueError, TypeError) as exc:
-        reason = f"corrupt job data: {_describe(exc)}"
-    _bury(queue, job_id, reason)
-    return None
-
-
-def _describe(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-    except Exception:
-        text = ""
-    return f"{type(exc).__qualname__}: {text}"[:500]
-
-
-def _describe_current() -> str:
-    exc = sys.exc_info()[1]
-    return _describe(exc) if exc is not None else "unknown error"
-
-
-def _bury(queue: str, job_id: str | bytes, reason: str) -> None:
-    """Move a job that can never run to dead. An id that is not UTF-8 (found as bytes) goes
-    through the bytes client, so its keys are the ones Redis holds."""
-    keys = queue_keys(queue)
-    reason = utf8_safe(reason)
-    logger.error("job %r on %s moved to dead: %s", job_id, queue, reason)
-    client = get_raw_redis() if isinstance(job_id, bytes) else get_redis()
-    run(transitions.bury(keys, job_id, reason), client)
 
 
 def _log_reaped(queue: str, reaped: transitions.Reaped) -> None:

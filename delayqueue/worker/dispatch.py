@@ -1,0 +1,171 @@
+"""Handing claimed jobs to Celery: each job's Celery message is built and published, and
+whatever one job's data does (not UTF-8, not JSON, too deep, an unknown task, a message the
+publisher cannot encode) buries that job with a reason, never the batch or the worker. When
+the broker refuses, the jobs not yet published go back to scheduled with a backoff."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+
+from celery import Celery
+
+from delayqueue.decorator import DelayedTask
+from delayqueue.engine import transitions
+from delayqueue.engine.clients import get_raw_redis, get_redis, queue_keys, run, run_all
+from delayqueue.errors import CorruptJob
+from delayqueue.payload import decode_args
+from delayqueue.runner import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, utf8_safe
+from delayqueue.tasks import RUN_TASK
+from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Claimed:
+    queue: str
+    id: str
+    token: str
+    attempt: int
+    task: str
+    args_json: str
+    kwargs_json: str
+
+
+class Dispatcher:
+    """Publishes claimed jobs with the app's publisher (see publishers.py) and counts them."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self.publisher = publisher_for(app)
+        self.dispatched = 0
+        self.outage_backoff = 0.0  # seconds the jobs of a refused dispatch wait; doubles
+
+    def dispatch(self, jobs: list[Claimed]) -> None:
+        """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
+        refuses, the jobs not yet published go back to scheduled with a backoff."""
+        sendable: list[Claimed] = []
+        messages: list[TaskMessage] = []
+        for job in jobs:
+            try:
+                message = self._message(job)
+            except CorruptJob as exc:
+                bury(job.queue, job.id, f"corrupt job data: {exc}")
+                continue
+            except Exception as exc:  # whatever one job's data does, it is that job's problem
+                bury(job.queue, job.id, f"cannot build its Celery message: {describe(exc)}")
+                continue
+            messages.append(message)
+            sendable.append(job)
+        if messages:
+            self._publish(sendable, messages)
+
+    def _message(self, job: Claimed) -> TaskMessage:
+        args, kwargs = decode_args(job.args_json, job.kwargs_json)
+        target = self.app.tasks.get(job.task)
+        if target is None:
+            raise CorruptJob(f"unknown task {job.task!r}: no Celery task has this name")
+        headers = {HEADER_QUEUE: job.queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
+        if isinstance(target, DelayedTask):
+            return TaskMessage(job.task, args, kwargs, headers, job.task)
+        return TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
+
+    def _publish(self, jobs: list[Claimed], messages: list[TaskMessage]) -> bool:
+        """Publish a batch; False when the broker refused it (the jobs not published go back
+        to scheduled). A message the publisher cannot encode or route buries its own job
+        (found by publishing the batch one message at a time), not the batch."""
+        try:
+            self.publisher.publish(messages)
+        except PublishError as exc:
+            self.dispatched += exc.published
+            self._broker_outage(jobs[exc.published :], exc.cause)
+            return False
+        except Exception:
+            if len(messages) == 1:
+                bury(
+                    jobs[0].queue,
+                    jobs[0].id,
+                    f"cannot publish its Celery message: {describe_current()}",
+                )
+                return True
+            for index, (job, message) in enumerate(zip(jobs, messages, strict=True)):
+                if not self._publish([job], [message]):
+                    self._broker_outage(jobs[index + 1 :], RuntimeError("broker unavailable"))
+                    return False
+            return True
+        self.dispatched += len(messages)
+        self.outage_backoff = 0.0
+        logger.debug("dispatched %s jobs", len(messages))
+        return True
+
+    def _broker_outage(self, jobs: list[Claimed], exc: BaseException) -> None:
+        self.outage_backoff = min(30.0, max(1.0, self.outage_backoff * 2))
+        logger.error(
+            "Celery broker refused a dispatch (%s); %s jobs go back to scheduled for %.0f s",
+            exc,
+            len(jobs),
+            self.outage_backoff,
+        )
+        if not jobs:
+            return
+        reason = utf8_safe(f"broker unavailable: {exc}"[:500])
+        delay_ms = int(self.outage_backoff * 1000)
+        releases = [
+            transitions.release(
+                queue_keys(job.queue),
+                job.id,
+                token=job.token,
+                delay_ms=delay_ms,
+                give_back=True,
+                reason=reason,
+            )
+            for job in jobs
+        ]
+        run_all(releases)
+
+
+def decode_claimed(queue: str, raw: transitions.ClaimedJob) -> Claimed | None:
+    """A claimed job from the script's bytes; one whose data is not UTF-8 goes to dead."""
+    job_id, token, attempt = raw.id, raw.token, raw.attempt
+    task, args_json, kwargs_json = raw.task, raw.args_json, raw.kwargs_json
+    try:
+        return Claimed(
+            queue,
+            job_id.decode(),
+            str(int(token)),
+            int(attempt),
+            task.decode(),
+            args_json.decode(),
+            kwargs_json.decode(),
+        )
+    except UnicodeDecodeError:
+        reason = "corrupt job data: not UTF-8 text (delayqueue stores JSON only)"
+    except (ValueError, TypeError) as exc:
+        reason = f"corrupt job data: {describe(exc)}"
+    bury(queue, job_id, reason)
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return f"{type(exc).__qualname__}: {text}"[:500]
+
+
+def describe_current() -> str:
+    exc = sys.exc_info()[1]
+    return describe(exc) if exc is not None else "unknown error"
+
+
+def bury(queue: str, job_id: str | bytes, reason: str) -> None:
+    """Move a job that can never run to dead. An id that is not UTF-8 (found as bytes) goes
+    through the bytes client, so its keys are the ones Redis holds."""
+    keys = queue_keys(queue)
+    reason = utf8_safe(reason)
+    logger.error("job %r on %s moved to dead: %s", job_id, queue, reason)
+    client = get_raw_redis() if isinstance(job_id, bytes) else get_redis()
+    run(transitions.bury(keys, job_id, reason), client)
