@@ -120,7 +120,7 @@ def run(server: Any, options: argparse.Namespace) -> int:
     from django.test import Client
     from django.urls import reverse
 
-    from delayqueue.engine.clients import queue_keys
+    from delayqueue.engine.keys import queue_keys
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_superuser("bench", "bench@example.com", "pw")

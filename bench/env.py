@@ -131,7 +131,7 @@ class BenchEnv:
 
     def start_delay_workers(self, count: int, queue: str, **env: str) -> list[Process]:
         """``count`` run_delay_worker processes; ready once each has sent a heartbeat."""
-        from delayqueue.engine.clients import global_keys
+        from delayqueue.engine.keys import global_keys
 
         workers_key = global_keys().workers
         before = int(self.client().zcard(workers_key))

@@ -13,7 +13,7 @@ from bench.report import Figure
 from bench.throughput import Sizes
 from delayqueue import client
 from delayqueue.api import operations
-from delayqueue.engine.clients import queue_keys
+from delayqueue.engine.keys import queue_keys
 
 DISPATCH_QUEUE = "bench-dispatch"
 

@@ -16,17 +16,11 @@ from django.db import transaction
 
 from delayqueue.conf import WAKE_HORIZON_MS, Settings, get_settings
 from delayqueue.engine import transitions
-from delayqueue.engine.clients import (
-    get_redis,
-    queue_keys,
-    redis_errors,
-    remember_queue,
-    run,
-    run_all,
-    run_direct,
-)
-from delayqueue.engine.keys import check_job_id, check_queue_name, new_job_id
+from delayqueue.engine.clients import get_redis, remember_queue
+from delayqueue.engine.execution import run, run_all, run_direct
+from delayqueue.engine.keys import check_job_id, check_queue_name, new_job_id, queue_keys
 from delayqueue.engine.packing import job_fields, pack
+from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.errors import InvalidJobId, NotSerializable, UnknownTask
 from delayqueue.payload import encode_args
 from delayqueue.runner import resolve_task

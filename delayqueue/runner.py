@@ -14,8 +14,8 @@ from django.utils.module_loading import import_string
 
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
-from delayqueue.engine.clients import queue_keys, run, run_direct
-from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys
+from delayqueue.engine.execution import run, run_direct
+from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError, UnknownTask
 from delayqueue.validators import BACKOFF_MAX_SECONDS
 

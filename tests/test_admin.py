@@ -14,7 +14,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from delayqueue.api import browse
-from delayqueue.engine.clients import queue_keys
+from delayqueue.engine.keys import queue_keys
 from tests import jobs
 from tests.conftest import wait_for
 from tests.test_operations import make_dead, make_inflight, redis_ms, schedule, score

@@ -15,13 +15,9 @@ from django.utils import timezone
 
 import delayqueue
 from delayqueue.engine import clients as connection
-from delayqueue.engine.clients import (
-    STATS_TTL_SECONDS,
-    current_minute,
-    get_scripts,
-    queue_keys,
-    redis_now_ms,
-)
+from delayqueue.engine.clients import redis_now_ms
+from delayqueue.engine.execution import get_scripts
+from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from orders_demo.models import Product
 from tests import jobs
 from tests.stored import stored_job

@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 import delayqueue
-from delayqueue.engine.clients import current_minute
+from delayqueue.engine.keys import current_minute
 from delayqueue.worker.loop import DelayWorker
 from delayqueue.worker.publishers import (
     PublishError,

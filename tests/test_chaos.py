@@ -13,7 +13,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from delayqueue import RedisUnavailable
-from delayqueue.engine.clients import queue_keys
+from delayqueue.engine.keys import queue_keys
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.chaos import SCENARIOS, Scenario, run_scenario

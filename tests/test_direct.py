@@ -1,4 +1,4 @@
-"""The single-call path of delay_for (connection.DirectConnections): what redis-py's client
+"""The single-call path of delay_for (execution.DirectConnections): what redis-py's client
 does for us elsewhere, it must do too."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pytest
 import redis
 
 from delayqueue import client as queue
-from delayqueue.engine import clients as connection
-from delayqueue.engine import transitions
-from delayqueue.engine.clients import queue_keys
+from delayqueue.engine import execution, transitions
+from delayqueue.engine.keys import queue_keys
 from tests import jobs
 
 SCHEDULED = "dq:{tests}:scheduled"
@@ -27,8 +26,8 @@ def test_a_script_redis_lost_is_loaded_again(r: redis.Redis) -> None:
 
 def test_a_connection_dropped_while_idle_is_replaced(r: redis.Redis) -> None:
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert connection._direct is not None
-    (idle,) = connection._direct._idle
+    assert execution._direct is not None
+    (idle,) = execution._direct._idle
     port = idle._sock.getsockname()[1]  # type: ignore[attr-defined]
     (mine,) = [c for c in r.client_list() if c["addr"].endswith(f":{port}")]
     r.client_kill_filter(_id=mine["id"])
@@ -40,7 +39,7 @@ def test_a_retry_of_the_same_call_keeps_one_job_created(r: redis.Redis) -> None:
     """A reply lost after Redis ran the call sends it again: same id, so same job."""
     one = queue.spec(jobs.record, ("k",), delay=60, key="once")
     for _ in range(2):
-        reply = connection.run_direct(queue._enqueue_call([one]))
+        reply = execution.run_direct(queue._enqueue_call([one]))
         assert reply[0].outcome == "created" and reply[0].id == one.job.id
     assert r.zcard(SCHEDULED) == 1 and r.hget("dq:{tests}:keys", "once") == one.job.id
 
@@ -58,7 +57,7 @@ def test_threads_share_the_connections(r: redis.Redis) -> None:
     for t in threads:
         t.join()
     assert len(set(ids)) == 200 and r.zcard(SCHEDULED) == 200
-    assert connection._direct is not None and len(connection._direct._idle) <= 4
+    assert execution._direct is not None and len(execution._direct._idle) <= 4
 
 
 def test_a_forked_child_uses_connections_of_its_own(r: redis.Redis) -> None:
@@ -80,4 +79,4 @@ def test_only_calls_safe_to_resend_take_the_direct_connection(r: redis.Redis) ->
     claim = transitions.claim(queue_keys("tests"), limit=10, visibility_ms=1000)
     assert not claim.resend_safe
     with pytest.raises(ValueError, match="not safe to send twice"):
-        connection.run_direct(claim)
+        execution.run_direct(claim)

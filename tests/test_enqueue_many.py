@@ -8,7 +8,9 @@ from typing import Any
 import redis
 
 from delayqueue.conf import WAKE_HORIZON_MS
-from delayqueue.engine.clients import get_redis, get_scripts, queue_keys
+from delayqueue.engine.clients import get_redis
+from delayqueue.engine.execution import get_scripts
+from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.packing import pack
 from tests.stored import stored_job
 

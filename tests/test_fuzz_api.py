@@ -29,8 +29,7 @@ from hypothesis import strategies as st
 import delayqueue
 from delayqueue.client import Job, JobSpec
 from delayqueue.engine import clients as connection
-from delayqueue.engine.clients import queue_keys
-from delayqueue.engine.keys import new_job_id
+from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs

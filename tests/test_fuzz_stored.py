@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import delayqueue
 from delayqueue.engine import clients as connection
-from delayqueue.engine.clients import current_minute, queue_keys
+from delayqueue.engine.keys import current_minute, queue_keys
 from delayqueue.runner import run_job
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs

@@ -19,7 +19,9 @@ from django.utils.timezone import make_aware
 
 import delayqueue
 from delayqueue import NotSerializable
-from delayqueue.engine.clients import get_scripts, queue_keys, translate
+from delayqueue.engine.execution import get_scripts
+from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.redis_errors import translate
 from delayqueue.errors import (
     DelayQueueError,
     InvalidDelay,

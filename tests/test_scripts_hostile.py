@@ -19,7 +19,8 @@ import redis
 
 import delayqueue
 from delayqueue.conf import WAKE_HORIZON_MS
-from delayqueue.engine.clients import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
+from delayqueue.engine.execution import get_scripts
+from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from delayqueue.engine.packing import pack
 from tests import jobs
 

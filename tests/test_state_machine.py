@@ -19,13 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import delayqueue
-from delayqueue.engine.clients import (
-    STATS_TTL_SECONDS,
-    current_minute,
-    get_scripts,
-    queue_keys,
-    redis_now_ms,
-)
+from delayqueue.engine.clients import redis_now_ms
+from delayqueue.engine.execution import get_scripts
+from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from delayqueue.engine.packing import SPEC_FIELDS
 from tests import jobs
 from tests.conftest import _test_redis

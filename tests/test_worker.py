@@ -12,7 +12,8 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from delayqueue.engine.clients import current_minute, get_scripts, queue_keys
+from delayqueue.engine.execution import get_scripts
+from delayqueue.engine.keys import current_minute, queue_keys
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, parked_broker_url

@@ -7,7 +7,8 @@ import time
 import redis
 from celery import Celery
 
-from delayqueue.engine.clients import queue_keys, redis_now_ms
+from delayqueue.engine.clients import redis_now_ms
+from delayqueue.engine.keys import queue_keys
 from delayqueue.worker.clock import RedisClock
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs

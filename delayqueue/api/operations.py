@@ -11,15 +11,10 @@ from dataclasses import dataclass, field
 
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
-from delayqueue.engine.clients import (
-    get_raw_redis,
-    get_redis,
-    queue_keys,
-    redis_errors,
-    run,
-    run_all,
-)
-from delayqueue.engine.keys import check_job_id, check_queue_name
+from delayqueue.engine.clients import get_raw_redis, get_redis
+from delayqueue.engine.execution import run, run_all
+from delayqueue.engine.keys import check_job_id, check_queue_name, queue_keys
+from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.errors import InvalidDelay
 
 RETRY_CHUNK = 500

@@ -12,6 +12,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from delayqueue.conf import get_settings
 from delayqueue.errors import InvalidJobId, InvalidQueueName
 
 # Per-minute stats hashes outlive the two hours the dashboard charts by five minutes.
@@ -129,3 +130,11 @@ class GlobalKeys:
     def worker(self, worker_id: str) -> str:
         """hash: host, pid, queues, started of one worker; expires without heartbeats."""
         return f"{self.prefix}:worker:{worker_id}"
+
+
+def queue_keys(queue: str) -> QueueKeys:
+    return QueueKeys(get_settings().key_prefix, queue)
+
+
+def global_keys() -> GlobalKeys:
+    return GlobalKeys(get_settings().key_prefix)

@@ -3,12 +3,12 @@
 Each function takes a queue's keys and named arguments and returns a ``ScriptCall``: the
 script's name, its KEYS and ARGV in the order the script's header gives, whether it is safe
 to send twice, and how to read its reply into a named type. ``run``, ``run_many`` and
-``run_direct`` (in ``delayqueue.engine.clients``) execute calls; nothing else writes a KEYS or
+``run_direct`` (in ``delayqueue.engine.execution``) execute calls; nothing else writes a KEYS or
 ARGV list or unpacks a reply by position.
 
 Safe to resend means: running the call twice with the same arguments leaves Redis as once
 and gives the same reply. Only such calls go over the direct connection, which sends a
-call again on a connection Redis dropped while it sat idle (``connection.run_direct``).
+call again on a connection Redis dropped while it sat idle (``execution.run_direct``).
 """
 
 from __future__ import annotations

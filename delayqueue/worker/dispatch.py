@@ -13,7 +13,9 @@ from celery import Celery
 
 from delayqueue.decorator import DelayedTask
 from delayqueue.engine import transitions
-from delayqueue.engine.clients import get_raw_redis, get_redis, queue_keys, run, run_all
+from delayqueue.engine.clients import get_raw_redis, get_redis
+from delayqueue.engine.execution import run, run_all
+from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import CorruptJob
 from delayqueue.payload import decode_args
 from delayqueue.runner import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, utf8_safe

@@ -26,16 +26,10 @@ from ulid import ULID
 from delayqueue.conf import get_settings
 from delayqueue.decorator import DelayedTask
 from delayqueue.engine import transitions
-from delayqueue.engine.clients import (
-    get_raw_redis,
-    get_redis,
-    global_keys,
-    queue_keys,
-    redis_errors,
-    redis_now_ms,
-    run_many,
-)
-from delayqueue.engine.keys import check_queue_name
+from delayqueue.engine.clients import get_raw_redis, get_redis, redis_now_ms
+from delayqueue.engine.execution import run_many
+from delayqueue.engine.keys import check_queue_name, global_keys, queue_keys
+from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.runner import get_celery_app

@@ -1,0 +1,182 @@
+"""Running the calls ``transitions`` builds: one at a time, many in one round trip, or on
+the direct connections (only calls safe to resend). Scripts are registered once per client
+and run by SHA; a script Redis lost (restart, SCRIPT FLUSH) is loaded again."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from hiredis import pack_command
+from redis import Redis
+from redis.commands.core import Script
+from redis.connection import AbstractConnection
+from redis.exceptions import NoScriptError
+
+from delayqueue.engine.clients import get_redis, on_reset
+from delayqueue.engine.redis_errors import redis_errors, translate
+from delayqueue.engine.scripts import Scripts
+from delayqueue.engine.transitions import ReplyT, ScriptCall
+from delayqueue.errors import DelayQueueError
+
+_lock = threading.Lock()
+_scripts: Scripts | None = None
+_direct: DirectConnections | None = None
+
+
+def get_scripts() -> Scripts:
+    global _scripts
+    if _scripts is None:
+        _scripts = Scripts(get_redis())
+    return _scripts
+
+
+@on_reset
+def _forget() -> None:
+    global _scripts, _direct
+    with _lock:
+        if _direct is not None:
+            _direct.close()
+        _scripts, _direct = None, None
+
+
+def run(call: ScriptCall[ReplyT], client: Redis | None = None) -> ReplyT:
+    """Run one script call (EVALSHA, loading the script when Redis lost it) and read its
+    reply; Redis's errors as delayqueue's (see ``translate``)."""
+    script = get_scripts()[call.script]
+    with redis_errors():
+        reply = script(keys=call.keys, args=call.args, client=client or get_redis())
+    return call.parse(reply)
+
+
+def run_many(calls: Sequence[ScriptCall[Any]], client: Redis | None = None) -> list[Any]:
+    """Run many script calls in one round trip; each item of the result is the call's read
+    reply, or the DelayQueueError its script raised (the other calls still ran)."""
+    if not calls:
+        return []
+    scripts = get_scripts()
+    with redis_errors():
+        replies = run_pipelined([(scripts[c.script], c.keys, c.args) for c in calls], client)
+    return [
+        translate(reply) if isinstance(reply, Exception) else call.parse(reply)
+        for call, reply in zip(calls, replies, strict=True)
+    ]
+
+
+def run_all(calls: Sequence[ScriptCall[Any]], client: Redis | None = None) -> list[Any]:
+    """``run_many``, raising the first error instead of returning it."""
+    replies = run_many(calls, client)
+    for reply in replies:
+        if isinstance(reply, DelayQueueError):
+            raise reply
+    return replies
+
+
+def run_pipelined(
+    calls: list[tuple[Script, list[str], list[Any]]], client: Redis | None = None
+) -> list[Any]:
+    """Run many script calls in one round trip (EVALSHA), loading a script only when Redis
+    has lost it (restart, SCRIPT FLUSH). Errors of single calls come back as exceptions.
+
+    Only the calls Redis refused for a missing script are sent again: the others already
+    ran, and running them twice would lose their replies (a claim's jobs, say)."""
+    client = client or get_redis()
+    replies = _execute(client, calls)
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:
+        for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
+            client.script_load(script.script)
+        for i, reply in zip(missing, _execute(client, [calls[i] for i in missing]), strict=True):
+            replies[i] = reply
+    return replies
+
+
+def _execute(client: Redis, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for script, keys, args in calls:
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+    return pipe.execute(raise_on_error=False)
+
+
+class DirectConnections:
+    """Connections of our own for one script call per round trip, beside the client's pool.
+
+    redis-py spends about 10 µs of CPU per command on its pool (a poll for stray data on
+    every checkout), retries and instrumentation: as much as the rest of ``delay_for``
+    together. Here an idle connection is popped off a list and pushed back after its reply
+    (both atomic under the GIL, so threads share the list safely); a forked child starts
+    with an empty list and never touches its parent's sockets.
+    """
+
+    def __init__(self, client: Redis) -> None:
+        pool = client.connection_pool
+        self._connection_class = pool.connection_class
+        self._kwargs = pool.connection_kwargs
+        self._idle: list[AbstractConnection] = []
+        self._pid = os.getpid()
+
+    def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
+        twice with the same arguments: a connection Redis dropped while it sat idle is
+        replaced and the call sent again."""
+        if self._pid != os.getpid():
+            self._idle, self._pid = [], os.getpid()
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            connection = self._connection_class(**self._kwargs)
+        try:
+            reply = self._call(connection, script, keys, args)
+        except BaseException:
+            connection.disconnect()
+            raise
+        self._idle.append(connection)
+        return reply
+
+    def close(self) -> None:
+        idle, self._idle = self._idle, []
+        if self._pid == os.getpid():
+            for connection in idle:
+                connection.disconnect()
+
+    @staticmethod
+    def _call(
+        connection: AbstractConnection, script: Script, keys: list[str], args: list[Any]
+    ) -> Any:
+        for attempt in range(3):
+            try:
+                command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+                # hiredis (a dependency) packs it without redis-py's pass over each argument
+                connection.send_packed_command([pack_command(command)])
+                return connection.read_response()
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                connection.send_command("SCRIPT", "LOAD", script.script)
+                connection.read_response()
+            except redis.AuthenticationError:
+                raise
+            except redis.ConnectionError:
+                if attempt == 2:
+                    raise
+                connection.disconnect()  # the next send connects again
+        raise AssertionError("unreachable")
+
+
+def run_direct(call: ScriptCall[ReplyT]) -> ReplyT:
+    """One script call on a connection of ``DirectConnections`` (same server and settings
+    as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
+    global _direct
+    if not call.resend_safe:
+        raise ValueError(f"the {call.script} script is not safe to send twice")
+    if _direct is None:
+        client = get_redis()  # before the lock, which get_redis() takes itself
+        with _lock:
+            if _direct is None:
+                _direct = DirectConnections(client)
+    with redis_errors():
+        reply = _direct.run(get_scripts()[call.script], call.keys, call.args)
+    return call.parse(reply)
