@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Permission
+from django.contrib.staticfiles import finders
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -398,3 +402,88 @@ def test_unsafe_next_urls_are_ignored(admin_client, r):
     job = schedule("a")
     response = post(admin_client, "run_now", job.id, follow=False, next="https://evil.example/")
     assert response["Location"] == url("list", Q, "scheduled")
+
+
+# ---- strict Content-Security-Policy -----------------------------------------------------
+
+
+class InlineCode(HTMLParser):
+    """Everything in a page that a Content-Security-Policy without 'unsafe-inline' blocks
+    (inline scripts, <style> elements, style attributes, on* handlers, javascript: URLs),
+    and the static files the page loads."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[str] = []
+        self.static: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        named = dict(attrs)
+        if tag == "style":
+            self.found.append("<style> element")
+        for name, value in attrs:
+            if name == "style" or name.startswith("on"):
+                self.found.append(f"<{tag} {name}={value!r}>")
+            if name in ("href", "src", "action") and (value or "").lower().startswith(
+                "javascript:"
+            ):
+                self.found.append(f"<{tag} {name}={value!r}>")
+        if tag == "script":
+            self._in_script = "src" not in named
+        for name in ("href", "src"):
+            value = named.get(name) or ""
+            if tag in ("link", "script") and value.startswith(settings.STATIC_URL):
+                self.static.append(value.removeprefix(settings.STATIC_URL))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script and data.strip():
+            self.found.append(f"inline script: {data.strip()[:60]!r}")
+
+
+def static_file(path: str) -> Path:
+    """Where Django's staticfiles finders find ``path`` (as ``collectstatic`` would)."""
+    where = finders.find(path)
+    assert isinstance(where, str), f"{path} is not found by the staticfiles finders"
+    return Path(where)
+
+
+def test_every_page_works_under_a_strict_content_security_policy(admin_client, r):
+    dead, inflight, scheduled = make_dead("d"), make_inflight("f"), schedule("s")
+    pages = {
+        "dashboard": admin_client.get(url("changelist")),
+        "dashboard, one queue's chart": admin_client.get(url("changelist"), {"chart": Q}),
+        **{f"{s} list": admin_client.get(url("list", Q, s)) for s in ("scheduled", "inflight")},
+        "dead list": admin_client.get(url("list", Q, "dead"), {"q": "record"}),
+        **{
+            f"{job.id} page": admin_client.get(url("job", Q, job.id))
+            for job in (scheduled, inflight, dead)
+        },
+        "confirm cancel": post(admin_client, "cancel", scheduled.id),
+        "confirm purge all": post(admin_client, "purge_all"),
+        "not found": admin_client.get(url("list", Q, "nowhere")),
+    }
+    loaded: set[str] = set()
+    for name, response in pages.items():
+        assert response.status_code in (200, 404), name
+        parser = InlineCode()
+        parser.feed(text(response))
+        assert parser.found == [], name
+        assert {"delayqueue/admin.css", "delayqueue/admin.js"} <= set(parser.static), name
+        loaded.update(parser.static)
+    for path in sorted(loaded):
+        assert static_file(path).is_file()
+
+
+def test_the_admin_static_files_hold_the_pages_css_and_script():
+    css = static_file("delayqueue/admin.css").read_text()
+    js = static_file("delayqueue/admin.js").read_text()
+    assert "var(--body-quiet-color)" in css and ".dq .chart .bar" in css
+    assert not re.search(r"#[0-9a-fA-F]{3,6}\b|rgb\(", css), (
+        "colours come from the admin's variables"
+    )
+    assert "select-all" in js

@@ -12,10 +12,11 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 import redis
+from django.contrib import admin
 from django.contrib.contenttypes.models import ContentType
 from django.test import Client, override_settings
 
-from delayqueue.engine.clients import current_minute, queue_keys
+from delayqueue.engine.keys import current_minute, queue_keys
 from delayqueue.models import DelayedJob
 from tests.test_admin import Q, admin_client, messages_of, post, text, url, user_client
 from tests.test_operations import make_dead, make_inflight, schedule, score
@@ -355,6 +356,22 @@ def test_actions_refuse_get_and_other_methods(admin_client, r):
         assert response.status_code == 405, method
 
 
+@override_settings(DELAYQUEUE={"REDIS_URL": "redis://127.0.0.1:1/0", "SOCKET_TIMEOUT": 1})
+def test_the_one_view_that_changes_state_is_post_only_and_checks_permission_first(
+    django_user_model,
+):
+    """The admin entry's URLs: pages that only read, and one endpoint for every action,
+    which refuses any other method than POST, then any user without the permissions, before
+    Redis (unreachable here) is asked anything."""
+    entry = admin.site.get_model_admin(DelayedJob)
+    names = {pattern.name for pattern in entry.get_urls()}
+    assert names == {f"delayqueue_delayedjob_{n}" for n in ("changelist", "act", "job", "list")}
+    staff = user_client(django_user_model, "staff")
+    for method in ("get", "put", "patch", "delete", "head", "options"):
+        assert getattr(staff, method)(url("act", Q)).status_code == 405, method
+    assert staff.post(url("act", Q), {"action": "pause"}).status_code == 403
+
+
 # ---- the model has no table -------------------------------------------------------------
 
 
@@ -510,8 +527,7 @@ def test_redis_refusing_is_a_clean_503_on_every_page(admin_client, r, monkeypatc
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise refusal
 
-    monkeypatch.setattr("delayqueue.api.browse.Reads.run", refuse)
-    monkeypatch.setattr("delayqueue.api.job_detail.Reads.run", refuse)
+    monkeypatch.setattr("delayqueue.api.display.Reads.run", refuse)  # every read-only query
     for page in (url("changelist"), url("list", Q, "dead"), url("job", Q, job.id)):
         response = admin_client.get(page)
         assert response.status_code == 503, page

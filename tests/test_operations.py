@@ -1,5 +1,5 @@
 """The admin's operator actions (delayqueue.api.operations) and read-only queries
-(delayqueue.api.browse), on the suite's real Redis."""
+(delayqueue.api.browse, dashboard, job_detail), on the suite's real Redis."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import pytest
 import redis
 
 from delayqueue import enqueue
-from delayqueue.api import browse, dashboard, operations
+from delayqueue.api import browse, dashboard, display, operations
+from delayqueue.api.job_detail import job_detail
 from delayqueue.client import Job
-from delayqueue.engine.clients import STATS_TTL_SECONDS, current_minute, get_scripts, queue_keys
+from delayqueue.engine.execution import get_scripts
+from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from delayqueue.errors import InvalidDelay, InvalidJobId
 from tests import jobs
 from tests.conftest import wait_for
@@ -281,20 +283,20 @@ def test_due_chart_counts_jobs_per_bucket(r):
 
 def test_job_detail_reads_everything_and_survives_corrupt_data(r):
     job = make_dead("d", error="KeyError: 'x'")
-    detail = browse.job_detail(Q, job.id)
+    detail = job_detail(Q, job.id)
     assert detail is not None and detail.state == "dead"
     assert detail.task == "tests.jobs.record" and detail.args == '[\n  "d"\n]'
     assert detail.error == "KeyError: 'x'" and "Traceback" in detail.traceback
     assert detail.history[-1].outcome == "failed" and detail.token == "1"
     r.hset(keys().job(job.id), mapping={"args": "{not json", "hist": "[oops"})
-    broken = browse.job_detail(Q, job.id)
+    broken = job_detail(Q, job.id)
     assert broken is not None and not broken.args_valid and not broken.history_valid
-    assert browse.job_detail(Q, "01ARZ3NDEKTSV4RRFFQ69G5FAV") is None
+    assert job_detail(Q, "01ARZ3NDEKTSV4RRFFQ69G5FAV") is None
 
 
 def test_relative_text():
-    assert browse.relative_text(180_000) == "in 3 min"
-    assert browse.relative_text(-45_000) == "45 s ago"
-    assert browse.relative_text(300) == "now"
-    assert browse.relative_text(2 * 3600_000 + 5 * 60_000) == "in 2 h 5 min"
-    assert browse.relative_text(-3 * 86400_000) == "3 days ago"
+    assert display.relative_text(180_000) == "in 3 min"
+    assert display.relative_text(-45_000) == "45 s ago"
+    assert display.relative_text(300) == "now"
+    assert display.relative_text(2 * 3600_000 + 5 * 60_000) == "in 2 h 5 min"
+    assert display.relative_text(-3 * 86400_000) == "3 days ago"

@@ -1,17 +1,39 @@
-"""What each admin action is (name, label, permission, the state its jobs must be in, whether
-it asks first) and how it runs: one call of operations.py, then a message per outcome (done,
-moved on meanwhile, cannot run). The views in views.py check permissions and input first."""
+"""The admin's actions as data: for each one its name, label, permission, the state its jobs
+must be in, whether it asks first, and the one call of operations.py it makes; ``perform``
+runs it and says what came of it (done, moved on meanwhile, cannot run) as messages. The
+views in pages.py check the permission and the input first."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib import messages
 from django.http import HttpRequest
 
-from delayqueue.api import browse, operations
+from delayqueue.api import operations
+from delayqueue.api.display import State
 
-STATE_LABELS = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"}
+STATE_LABELS: dict[State, str] = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One use of an action: by whom, on which queue and jobs, with which delay (reschedule)."""
+
+    request: HttpRequest
+    queue: str
+    ids: list[str]
+    delay_ms: int = 0
+
+    @property
+    def who(self) -> str:
+        return str(self.request.user.get_username())
+
+
+# What an action's operation returns: per job, for a whole queue's dead jobs, or whether a
+# queue's pause flag changed.
+Outcome = operations.ActionResult | operations.BulkResult | bool
 
 
 @dataclass(frozen=True)
@@ -19,74 +41,118 @@ class Action:
     name: str
     label: str
     perm: str
-    state: browse.State | None  # the state its jobs must be in; None for a queue action
-    confirm: bool
+    state: State | None  # the state its jobs must be in; None for a queue action
     done: str  # "{n} jobs <done>"
+    apply: Callable[[Call], Outcome]
+    confirm: bool = False  # asks "are you sure?" first
+    danger: bool = False  # destroys jobs: a red button
+    needs_delay: bool = False  # takes a delay (the reschedule form)
+    from_dashboard: bool = False  # used on the dashboard, so it leads back there
 
+
+# ---- what each action does: one call of operations.py -----------------------------------
+
+
+def _run_now(c: Call) -> Outcome:
+    return operations.run_now(c.queue, c.ids)
+
+
+def _reschedule(c: Call) -> Outcome:
+    return operations.reschedule(c.queue, c.ids, c.delay_ms)
+
+
+def _cancel(c: Call) -> Outcome:
+    return operations.cancel(c.queue, c.ids)
+
+
+def _force_back(c: Call) -> Outcome:
+    return operations.force_back(
+        c.queue, c.ids, f"forced back to scheduled by {c.who} in the admin"
+    )
+
+
+def _retry(c: Call) -> Outcome:
+    return operations.retry_dead(c.queue, c.ids)
+
+
+def _delete(c: Call) -> Outcome:
+    return operations.delete_dead(c.queue, c.ids)
+
+
+def _retry_all(c: Call) -> Outcome:
+    return operations.retry_all_dead(c.queue)
+
+
+def _purge_all(c: Call) -> Outcome:
+    return operations.purge_all_dead(c.queue)
+
+
+def _pause(c: Call) -> Outcome:
+    return operations.pause(c.queue, f"paused by {c.who} in the admin")
+
+
+def _resume(c: Call) -> Outcome:
+    return operations.resume(c.queue)
+
+
+CHANGE, DELETE = "change_jobs", "delete_jobs"
+ASK = {"confirm": True}
+ASK_DANGER = {"confirm": True, "danger": True}
 
 ACTIONS = {
     a.name: a
     for a in [
-        Action("run_now", "Run now", "change_jobs", "scheduled", False, "will run now"),
-        Action("reschedule", "Reschedule", "change_jobs", "scheduled", False, "rescheduled"),
-        Action("cancel", "Cancel", "change_jobs", "scheduled", True, "cancelled"),
+        Action("run_now", "Run now", CHANGE, "scheduled", "will run now", _run_now),
+        Action(
+            "reschedule",
+            "Reschedule",
+            CHANGE,
+            "scheduled",
+            "rescheduled",
+            _reschedule,
+            needs_delay=True,
+        ),
+        Action("cancel", "Cancel", CHANGE, "scheduled", "cancelled", _cancel, **ASK_DANGER),
         Action(
             "force_back",
             "Force back to scheduled",
-            "change_jobs",
+            CHANGE,
             "inflight",
-            True,
             "forced back to scheduled, due now",
+            _force_back,
+            **ASK,
         ),
-        Action("retry", "Retry now", "change_jobs", "dead", False, "requeued to run now"),
-        Action("delete", "Delete", "delete_jobs", "dead", True, "deleted"),
-        Action("retry_all", "Retry all dead jobs", "change_jobs", None, True, "requeued"),
-        Action("purge_all", "Delete all dead jobs", "delete_jobs", None, True, "deleted"),
-        Action("pause", "Pause", "change_jobs", None, False, "paused"),
-        Action("resume", "Resume", "change_jobs", None, False, "resumed"),
+        Action("retry", "Retry now", CHANGE, "dead", "requeued to run now", _retry),
+        Action("delete", "Delete", DELETE, "dead", "deleted", _delete, **ASK_DANGER),
+        Action("retry_all", "Retry all dead jobs", CHANGE, None, "requeued", _retry_all, **ASK),
+        Action(
+            "purge_all", "Delete all dead jobs", DELETE, None, "deleted", _purge_all, **ASK_DANGER
+        ),
+        Action("pause", "Pause", CHANGE, None, "paused", _pause, from_dashboard=True),
+        Action("resume", "Resume", CHANGE, None, "resumed", _resume, from_dashboard=True),
     ]
 }
 
 
-def perform(
-    request: HttpRequest, queue: str, action: Action, ids: list[str], delay_ms: int
-) -> None:
-    name = action.name
-    who = request.user.get_username()
-    if name in ("pause", "resume"):
-        if name == "pause":
-            changed = operations.pause(queue, f"paused by {who} in the admin")
-        else:
-            changed = operations.resume(queue)
-        if changed:
+def perform(action: Action, call: Call) -> None:
+    """Run the action and add a message for each kind of outcome."""
+    outcome = action.apply(call)
+    request, queue = call.request, call.queue
+    if isinstance(outcome, bool):
+        if outcome:
             messages.success(request, f"Queue {queue} {action.done}.")
         else:
             messages.warning(request, f"Queue {queue} was already {action.done}; nothing changed.")
-        return
-    if name in ("retry_all", "purge_all"):
-        if name == "retry_all":
-            bulk = operations.retry_all_dead(queue)
-        else:
-            bulk = operations.purge_all_dead(queue)
-        messages.success(request, f"{bulk.done} dead jobs of {queue} {action.done}.")
-        if bulk.unrunnable:
+    elif isinstance(outcome, operations.BulkResult):
+        messages.success(request, f"{outcome.done} dead jobs of {queue} {action.done}.")
+        if outcome.unrunnable:
             messages.warning(
                 request,
-                f"{bulk.unrunnable} dead jobs stay dead: their task or arguments are missing "
-                "in Redis, so they cannot run.",
+                f"{outcome.unrunnable} dead jobs stay dead: their task or arguments are "
+                "missing in Redis, so they cannot run.",
             )
-        return
-    result = {
-        "run_now": lambda: operations.run_now(queue, ids),
-        "reschedule": lambda: operations.reschedule(queue, ids, delay_ms),
-        "cancel": lambda: operations.cancel(queue, ids),
-        "force_back": lambda: operations.force_back(
-            queue, ids, f"forced back to scheduled by {who} in the admin"
-        ),
-        "retry": lambda: operations.retry_dead(queue, ids),
-        "delete": lambda: operations.delete_dead(queue, ids),
-    }[name]()
-    _report(request, action, result)
+    else:
+        _report(request, action, outcome)
 
 
 def _jobs(ids: list[str]) -> str:

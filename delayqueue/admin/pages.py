@@ -2,7 +2,7 @@
 for every action (with a confirm step for destructive ones, then a message and a redirect).
 
 Each view checks its own permission (``delayqueue.view_jobs`` to see, ``change_jobs`` to act,
-``delete_jobs`` to delete and purge); ``admin_site.admin_view`` (see admin.py) has already sent
+``delete_jobs`` to delete and purge); ``admin_site.admin_view`` (see __init__.py) has already sent
 anonymous users to the login page. Permissions are checked before Redis is asked anything,
 so a user without them learns nothing about which queues exist. Bad input is a 404 with a page
 that says what was wrong; Redis down or refusing is a 503 page, with no secret of its URL.
@@ -26,10 +26,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError as RedisClientError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayqueue.admin.actions import ACTIONS, STATE_LABELS, Action, perform
+from delayqueue.admin.actions import ACTIONS, STATE_LABELS, Action, Call, perform
 from delayqueue.api import browse, operations
 from delayqueue.api import dashboard as dashboard_queries
-from delayqueue.api.display import Moment
+from delayqueue.api.display import STATES, Moment, State
 from delayqueue.api.job_detail import job_detail as read_job
 from delayqueue.conf import get_settings
 from delayqueue.engine.keys import JOB_ID
@@ -40,12 +40,12 @@ from delayqueue.redaction import redact
 P = ParamSpec("P")
 View = Callable[Concatenate[HttpRequest, AdminSite, P], HttpResponse]
 
-ORDER_LABELS = {
+ORDER_LABELS: dict[State, dict[browse.Order, str]] = {
     "scheduled": {"asc": "due soonest first", "desc": "due latest first"},
     "inflight": {"asc": "deadline soonest first", "desc": "deadline latest first"},
     "dead": {"asc": "died longest ago first", "desc": "died most recently first"},
 }
-DEFAULT_ORDER: dict[str, browse.Order] = {"scheduled": "asc", "inflight": "asc", "dead": "desc"}
+DEFAULT_ORDER: dict[State, browse.Order] = {"scheduled": "asc", "inflight": "asc", "dead": "desc"}
 MAX_SEARCH = 200
 UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 
@@ -122,8 +122,8 @@ def _queue(queue: str) -> str:
     return queue
 
 
-def _state(state: str) -> browse.State:
-    for known in browse.STATES:
+def _state(state: str) -> State:
+    for known in STATES:
         if state == known:
             return known
     raise NotFound(
@@ -206,7 +206,7 @@ def job_list(request: HttpRequest, site: AdminSite, queue: str, state: str) -> H
         queue=queue,
         state=st,
         state_label=STATE_LABELS[st],
-        tabs=[(s, STATE_LABELS[s], _url("list", queue, s)) for s in browse.STATES],
+        tabs=[(s, STATE_LABELS[s], _url("list", queue, s)) for s in STATES],
         page=page,
         order_labels=ORDER_LABELS[st],
         actions=actions,
@@ -246,8 +246,8 @@ def job_detail(request: HttpRequest, site: AdminSite, queue: str, job_id: str) -
         f"Job {job_id}",
         queue=queue,
         job=job,
-        actions=[a for a in actions if a.name != "reschedule"],
-        can_reschedule=any(a.name == "reschedule" for a in actions),
+        actions=[a for a in actions if not a.needs_delay],
+        can_reschedule=any(a.needs_delay for a in actions),
         units=list(UNITS),
         here=request.get_full_path(),
     )
@@ -300,16 +300,17 @@ def act(request: HttpRequest, site: AdminSite, queue: str) -> HttpResponse:
     if action is None:
         raise NotFound(f"“{name[:100]}” is not an action.")
     queue = _queue(queue)
-    back = _url("list", queue, action.state or "dead")
-    if action.name in ("pause", "resume"):
+    if action.from_dashboard:
         back = _url("changelist")
+    else:
+        back = _url("list", queue, action.state or "dead")
     target = _next(request, back)
     ids = [_job_id(i) for i in request.POST.getlist("ids")]
     if action.state is not None and not ids:
         messages.warning(request, "Select jobs to act on; nothing was changed.")
         return HttpResponseRedirect(target)
     delay_ms = 0
-    if action.name == "reschedule":
+    if action.needs_delay:
         try:
             delay_ms = _delay_ms(request)
         except ValueError as exc:
@@ -329,7 +330,7 @@ def act(request: HttpRequest, site: AdminSite, queue: str) -> HttpResponse:
             dead_count=browse.count(queue, "dead") if action.state is None else 0,
         )
     try:
-        perform(request, queue, action, ids, delay_ms)
+        perform(action, Call(request, queue, ids, delay_ms))
     except DelayQueueError as exc:
         messages.error(request, f"{action.label} failed: {shown_error(exc)}")
     return HttpResponseRedirect(target)

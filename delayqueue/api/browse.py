@@ -11,45 +11,28 @@ Redis holds can break a page.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from redis import Redis
 
-from delayqueue.api.display import Moment, Reads, integer, relative_text, text
-from delayqueue.engine.clients import get_raw_redis, global_keys, queue_keys, redis_errors
-from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys
+from delayqueue.api.display import STATES, Moment, Reads, State, integer, job_key, text, zset_of
+from delayqueue.engine.clients import get_raw_redis, redis_now_ms
+from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys, global_keys, queue_keys
 from delayqueue.engine.packing import job_fields
+from delayqueue.engine.redis_errors import redis_errors
 
-if TYPE_CHECKING:
-    from delayqueue.api.job_detail import JobDetail
-
-__all__ = ["Moment", "relative_text"]  # shown times, for the pages and their tests
-
-State = Literal["scheduled", "inflight", "dead"]
 Order = Literal["asc", "desc"]
-STATES: tuple[State, ...] = ("scheduled", "inflight", "dead")
 
 PAGE_SIZE = 50
 SEARCH_WINDOW = 5000  # most entries a text search or task filter looks at
 SCAN_CHUNK = 500
 PREVIEW_CHARS = 80
 ID_CHARS = 100  # most characters of a member that is no job id a list shows
-MINUTE_MS = 60_000
-HOUR_MS = 3_600_000
 
 # Fields of a job hash a list row needs (see keys.py for all fields).
 _ROW_FIELDS = ("task", "args", "kwargs", "key", "att", "max", "err", "why")
 
 Entry = tuple[bytes, float]  # a zset member as stored, and its score
-
-
-def zset_of(keys: QueueKeys, state: State) -> str:
-    return {"scheduled": keys.scheduled, "inflight": keys.inflight, "dead": keys.dead}[state]
-
-
-def job_key(keys: QueueKeys, member: bytes) -> bytes:
-    """The hash of the job a zset member names, whatever bytes the member is."""
-    return keys.job_prefix.encode() + member
 
 
 def job_id_of(member: bytes) -> str | None:
@@ -59,11 +42,6 @@ def job_id_of(member: bytes) -> str | None:
     except UnicodeDecodeError:
         return None
     return candidate if JOB_ID.fullmatch(candidate) else None
-
-
-def redis_now(client: Redis) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 # ---- queues -----------------------------------------------------------------------------
@@ -91,13 +69,6 @@ def queue_exists(queue: str) -> bool:
         reads.add("exists", keys.scheduled, keys.inflight, keys.dead, default=0)
         known, holding = reads.run()
     return bool(known) or int(holding) > 0
-
-
-def job_detail(queue: str, job_id: str) -> JobDetail | None:
-    """Everything about one job (see job_detail.py, which builds on this module)."""
-    from delayqueue.api.job_detail import job_detail as read
-
-    return read(queue, job_id)
 
 
 def count(queue: str, state: State) -> int:
@@ -252,7 +223,7 @@ def job_page(
     task = task.strip()
     with redis_errors():
         client = get_raw_redis()
-        now = redis_now(client)
+        now = redis_now_ms(client)
         result = JobPage(queue, state, order, page, [], 0, 0, 1, search, task, now_ms=now)
         reads = Reads(client, result.notes)
         reads.add("zcard", zset, default=0)

@@ -9,12 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from delayqueue.api.browse import HOUR_MS, MINUTE_MS, redis_now
 from delayqueue.api.display import Moment, Reads, integer, text
-from delayqueue.engine.clients import get_raw_redis, global_keys, queue_keys, redis_errors
+from delayqueue.engine.clients import get_raw_redis, redis_now_ms
+from delayqueue.engine.keys import global_keys, queue_keys
+from delayqueue.engine.redis_errors import redis_errors
 
 MAX_WORKERS_SHOWN = 100
 FIELD_CHARS = 200  # most characters of a worker's id or field shown
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+STATS_MINUTES = 61  # the stats hashes read: this minute and the 60 before it
+CHART_MINUTES, CHART_HOURS = 60, 24
 
 
 @dataclass
@@ -42,6 +47,40 @@ class QueueOverview:
 _STAT_FIELDS = ("dispatched", "acked", "failed", "dead")
 
 
+@dataclass(frozen=True)
+class _QueueSlots:
+    """Where each reply about one queue stands in the overview's pipeline."""
+
+    scheduled: int
+    inflight: int
+    dead: int
+    paused: int
+    head: int  # ZRANGE 0 0 of scheduled: the next job due, with its score
+    deadline: int  # ZRANGE 0 0 of inflight: the nearest visibility deadline
+    stats: list[int]  # HMGET of the stats hash of this minute, then of each minute before
+
+    @classmethod
+    def add(cls, reads: Reads, queue: str, minute: int) -> _QueueSlots:
+        keys = queue_keys(queue)
+        return cls(
+            scheduled=reads.add("zcard", keys.scheduled, default=0),
+            inflight=reads.add("zcard", keys.inflight, default=0),
+            dead=reads.add("zcard", keys.dead, default=0),
+            paused=reads.add("exists", keys.paused, default=0),
+            head=reads.add("zrange", keys.scheduled, 0, 0, withscores=True, default=[]),
+            deadline=reads.add("zrange", keys.inflight, 0, 0, withscores=True, default=[]),
+            stats=[
+                reads.add(
+                    "hmget",
+                    keys.stats(minute - back),
+                    _STAT_FIELDS,
+                    default=[None] * len(_STAT_FIELDS),
+                )
+                for back in range(STATS_MINUTES)
+            ],
+        )
+
+
 def _window_sum(buckets: list[list[Any]], fraction_left: float, whole: int) -> Throughput:
     """Counters of a sliding window: the ``whole`` newest minute buckets plus the share of the
     next older one that still falls inside the window (the usual sliding-window estimate)."""
@@ -53,43 +92,37 @@ def _window_sum(buckets: list[list[Any]], fraction_left: float, whole: int) -> T
     return Throughput(*(round(t) for t in totals))
 
 
+def _first_score(entries: list[tuple[bytes, float]]) -> float | None:
+    return entries[0][1] if entries else None
+
+
 def overview(queues: list[str], notes: list[str] | None = None) -> tuple[int, list[QueueOverview]]:
     """(Redis now ms, one overview per queue), in two round trips whatever the queue count."""
     with redis_errors():
         client = get_raw_redis()
-        now = redis_now(client)
+        now = redis_now_ms(client)
         minute, into = divmod(now, MINUTE_MS)
         fraction_left = 1 - into / MINUTE_MS
         reads = Reads(client, [] if notes is None else notes)
-        for queue in queues:
-            keys = queue_keys(queue)
-            for zset in (keys.scheduled, keys.inflight, keys.dead):
-                reads.add("zcard", zset, default=0)
-            reads.add("exists", keys.paused, default=0)
-            reads.add("zrange", keys.scheduled, 0, 0, withscores=True, default=[])
-            reads.add("zrange", keys.inflight, 0, 0, withscores=True, default=[])
-            for back in range(61):  # this minute and the 60 before it
-                reads.add("hmget", keys.stats(minute - back), _STAT_FIELDS, default=[None] * 4)
+        slots = [_QueueSlots.add(reads, queue, minute) for queue in queues]
         replies = reads.run()
     result = []
-    per_queue = 6 + 61
-    for index, queue in enumerate(queues):
-        r = replies[index * per_queue : (index + 1) * per_queue]
-        head = r[4][0][1] if r[4] else None
-        deadline = r[5][0][1] if r[5] else None
-        buckets = r[6:]
+    for queue, slot in zip(queues, slots, strict=True):
+        head = _first_score(replies[slot.head])
+        deadline = _first_score(replies[slot.deadline])
+        buckets = [replies[i] for i in slot.stats]
         result.append(
             QueueOverview(
                 name=queue,
-                scheduled=int(r[0]),
-                inflight=int(r[1]),
-                dead=int(r[2]),
-                paused=bool(r[3]),
+                scheduled=int(replies[slot.scheduled]),
+                inflight=int(replies[slot.inflight]),
+                dead=int(replies[slot.dead]),
+                paused=bool(replies[slot.paused]),
                 next_due=Moment(head, now) if head is not None else None,
                 oldest_overdue=Moment(head, now) if head is not None and head <= now else None,
                 next_deadline=Moment(deadline, now) if deadline is not None else None,
                 last_minute=_window_sum(buckets, fraction_left, 1),
-                last_hour=_window_sum(buckets, fraction_left, 60),
+                last_hour=_window_sum(buckets, fraction_left, STATS_MINUTES - 1),
             )
         )
     return now, result
@@ -112,38 +145,53 @@ class DueChart:
     hours: list[Bucket]  # the next 24 hours, one bucket each
 
 
+@dataclass(frozen=True)
+class _ChartSlots:
+    """Where each ZCOUNT about one queue stands in the chart's pipeline."""
+
+    overdue: int
+    minutes: list[int]
+    hours: list[int]
+
+
+def _buckets(
+    starts: list[int], slots: list[list[int]], replies: list[Any], now: int, unit: str
+) -> list[Bucket]:
+    """One bucket per start, its count summed over the queues (ZCOUNT: an integer reply)."""
+    return [
+        Bucket(Moment(start, now), sum(int(replies[s[i]]) for s in slots), f"+{i} {unit}")
+        for i, start in enumerate(starts)
+    ]
+
+
 def due_chart(queues: list[str], notes: list[str] | None = None) -> DueChart:
     """How many scheduled jobs come due per minute over the next hour and per hour over the
     next day (ZCOUNT per bucket and queue, one pipeline)."""
     with redis_errors():
         client = get_raw_redis()
-        now = redis_now(client)
-        minute_starts = [now + i * MINUTE_MS for i in range(60)]
-        hour_starts = [now + i * HOUR_MS for i in range(24)]
+        now = redis_now_ms(client)
+        minute_starts = [now + i * MINUTE_MS for i in range(CHART_MINUTES)]
+        hour_starts = [now + i * HOUR_MS for i in range(CHART_HOURS)]
         reads = Reads(client, [] if notes is None else notes)
+
+        def counts(zset: str, starts: list[int], width: int) -> list[int]:
+            return [reads.add("zcount", zset, s, f"({s + width}", default=0) for s in starts]
+
+        slots = []
         for queue in queues:
             zset = queue_keys(queue).scheduled
-            reads.add("zcount", zset, "-inf", f"({now}", default=0)
-            for start in minute_starts:
-                reads.add("zcount", zset, start, f"({start + MINUTE_MS}", default=0)
-            for start in hour_starts:
-                reads.add("zcount", zset, start, f"({start + HOUR_MS}", default=0)
+            slots.append(
+                _ChartSlots(
+                    overdue=reads.add("zcount", zset, "-inf", f"({now}", default=0),
+                    minutes=counts(zset, minute_starts, MINUTE_MS),
+                    hours=counts(zset, hour_starts, HOUR_MS),
+                )
+            )
         replies = reads.run()
-    width = 1 + 60 + 24
-    sums = [0] * width
-    for index in range(len(queues)):
-        for i, value in enumerate(replies[index * width : (index + 1) * width]):
-            sums[i] += int(value)  # ZCOUNT: always an integer reply
     return DueChart(
-        overdue=sums[0],
-        minutes=[
-            Bucket(Moment(s, now), c, f"+{i} min")
-            for i, (s, c) in enumerate(zip(minute_starts, sums[1:61], strict=True))
-        ],
-        hours=[
-            Bucket(Moment(s, now), c, f"+{i} h")
-            for i, (s, c) in enumerate(zip(hour_starts, sums[61:], strict=True))
-        ],
+        overdue=sum(int(replies[s.overdue]) for s in slots),
+        minutes=_buckets(minute_starts, [s.minutes for s in slots], replies, now, "min"),
+        hours=_buckets(hour_starts, [s.hours for s in slots], replies, now, "h"),
     )
 
 
@@ -167,10 +215,12 @@ def workers(notes: list[str] | None = None) -> tuple[list[WorkerInfo], int]:
     notes = [] if notes is None else notes
     with redis_errors():
         client = get_raw_redis()
-        now = redis_now(client)
+        now = redis_now_ms(client)
         reads = Reads(client, notes)
-        reads.add("zrevrange", g.workers, 0, MAX_WORKERS_SHOWN - 1, withscores=True, default=[])
-        entries: list[tuple[bytes, float]] = reads.run()[0]
+        listed = reads.add(
+            "zrevrange", g.workers, 0, MAX_WORKERS_SHOWN - 1, withscores=True, default=[]
+        )
+        entries: list[tuple[bytes, float]] = reads.run()[listed]
         reads = Reads(client, notes)
         for worker_id, _ in entries:
             reads.add("hgetall", g.worker("").encode() + worker_id, default={})

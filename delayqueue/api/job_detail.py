@@ -7,10 +7,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from delayqueue.api.browse import STATES, State, job_key, redis_now, zset_of
-from delayqueue.api.display import DETAIL_CHARS, Moment, Reads, integer, text, ulid_ms
-from delayqueue.engine.clients import get_raw_redis, queue_keys, redis_errors
+from delayqueue.api.display import (
+    DETAIL_CHARS,
+    STATES,
+    Moment,
+    Reads,
+    State,
+    integer,
+    job_key,
+    text,
+    ulid_ms,
+    zset_of,
+)
+from delayqueue.engine.clients import get_raw_redis, redis_now_ms
+from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.packing import job_fields
+from delayqueue.engine.redis_errors import redis_errors
 
 PRETTY_CHARS = 200_000  # arguments longer than this are shown as stored, not re-indented
 HISTORY_SHOWN = 200
@@ -102,7 +114,7 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
     notes: list[str] = []
     with redis_errors():
         client = get_raw_redis()
-        now = redis_now(client)
+        now = redis_now_ms(client)
         reads = Reads(client, notes)
         reads.add("hgetall", job_key(keys, job_id.encode()), default={})
         reads.add("hget", keys.specs, job_id, default=None)

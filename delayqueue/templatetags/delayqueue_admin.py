@@ -22,7 +22,7 @@ def _num(value: float) -> str:
 @register.inclusion_tag("admin/delayqueue/chart.html")
 def due_chart(buckets: list[Bucket], title: str, chart_id: str, ticks: int = 6) -> dict[str, Any]:
     """Bars of jobs coming due per bucket, with a <title> per bar and a text summary for
-    screen readers; colours come from the admin's CSS variables (see styles.html)."""
+    screen readers; colours come from the admin's CSS variables (static/delayqueue/admin.css)."""
     peak = max([b.count for b in buckets] + [0])
     scale = max(peak, 1)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
