@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
 from delayqueue.conf import WAKE_HORIZON_MS
+from delayqueue.engine import scripts
 from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from delayqueue.engine.packing import pack
@@ -398,9 +401,7 @@ def test_purge_oldest(r: redis.Redis) -> None:
 
 @pytest.mark.parametrize("name", ["enqueue", "claim", "fail", "reap", "ack"])
 def test_every_script_declares_its_keys_in_a_header(name: str) -> None:
-    from delayqueue.engine.scripts import load_source
-
-    source = load_source(name)
+    source = scripts.load_source(name)
     assert source.startswith("-- ") and "KEYS[1]" in source.split("local", 1)[0]
 
 
@@ -415,3 +416,101 @@ def test_a_job_reaped_to_dead_while_running_is_settled_by_its_outcome(r: redis.R
     assert r.zscore(Q.dead, "A") is None and not r.exists(Q.job("A"))
     assert fail("B", tokens["B"], max_attempts=1) == "dead"
     assert r.zcard(Q.dead) == 1 and r.zscore(Q.dead, "B") is not None
+
+
+def test_fail_release_requeue_and_reschedule_wake_only_for_a_new_head(r: redis.Redis) -> None:
+    s = get_scripts()
+    enqueue("H", 10_000)
+    enqueue("A", 0)
+    enqueue("B", 0)
+    tokens = {job[0]: str(job[1]) for job in claim()[4]}
+    r.hset(Q.job("D"), mapping={"task": "t", "args": "[]"})
+    r.zadd(Q.dead, {"D": 1})
+    pubsub = r.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(WAKE)
+    pubsub.get_message(timeout=1)  # the subscribe confirmation
+
+    def woken() -> int | None:
+        message = pubsub.get_message(timeout=1)
+        return None if message is None else int(float(message["data"]))
+
+    assert fail("A", tokens["A"], backoff_ms=60_000) == "retry"  # after the head H: no wake
+    assert pubsub.get_message(timeout=0.2) is None
+    keys = [Q.job("B"), Q.inflight, Q.scheduled]
+    assert s.release(keys, ["B", tokens["B"], 0, 1, "broker down", WAKE]) == 1
+    assert woken() == score(r, Q.scheduled, "B")
+    assert s.reschedule([Q.scheduled, Q.dedupe], ["B", "", "delay", 120_000, WAKE])[0] == "B"
+    assert pubsub.get_message(timeout=0.2) is None
+    assert s.requeue([Q.job("D"), Q.dead, Q.scheduled, Q.dedupe], ["D", 0, WAKE]) == 1
+    assert woken() == score(r, Q.scheduled, "D")
+    assert s.reschedule([Q.scheduled, Q.dedupe], ["B", "", "at", 5, WAKE]) == ["B", 5]
+    assert woken() == 5
+    pubsub.close()
+
+
+@pytest.mark.parametrize("outcome", ["fail", "reap", "bury"])
+def test_a_job_going_to_dead_keeps_a_key_that_moved_to_a_newer_job(
+    r: redis.Redis, outcome: str
+) -> None:
+    enqueue("A", 0, "k", "keep", "max", "1")
+    token = str(claim(visibility_ms=0)[4][0][1])
+    enqueue("B", 0, "k", "replace")
+    assert r.hget(Q.dedupe, "k") == "B"
+    if outcome == "fail":
+        assert fail("A", token, max_attempts=1) == "dead"
+    elif outcome == "reap":
+        assert begin("A", token)[0] == 1
+        r.zadd(Q.inflight, {"A": 0})
+        assert reap() == [0, 1]
+    else:
+        keys = [Q.job("A"), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, Q.stats(current_minute()),
+                Q.specs]  # fmt: skip
+        assert get_scripts().bury(keys, ["A", "unknown task", STATS_TTL_SECONDS]) == 1
+    assert r.zscore(Q.dead, "A") is not None
+    assert r.hget(Q.dedupe, "k") == "B"
+
+
+def test_cancel_keeps_a_key_that_moved_to_a_newer_job(r: redis.Redis) -> None:
+    enqueue("A", 60_000, "k")
+    r.hset(Q.dedupe, "k", "B")  # as if a newer job had taken the key
+    assert get_scripts().cancel(CANCEL_KEYS, ["A", ""]) == [1, "A"]
+    assert r.hget(Q.dedupe, "k") == "B"
+
+
+LUA = Path(scripts.__file__).parent / "lua"
+INCLUDES = sorted(path.stem for path in LUA.glob("_*.lua"))
+TRANSITIONS = sorted(path.stem for path in LUA.glob("[a-z]*.lua"))
+DEFINED = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.MULTILINE)
+INCLUDE_LINE = re.compile(r"^-- #include (_\w+)\.lua$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", INCLUDES)
+def test_each_include_opens_with_what_it_provides(name: str) -> None:
+    assert (LUA / f"{name}.lua").read_text().startswith("-- Provides ")
+
+
+@pytest.mark.parametrize("name", TRANSITIONS + INCLUDES)
+def test_a_script_has_each_include_once_and_uses_what_it_includes(name: str) -> None:
+    source = scripts.load_source(name)
+    assert "-- #include" not in source
+    names = DEFINED.findall(source)
+    assert len(names) == len(set(names)), f"{name} defines a name twice"
+    # Each include a file names provides something that file uses itself.
+    own = (LUA / f"{name}.lua").read_text()
+    body = INCLUDE_LINE.sub("", own)
+    for helper in INCLUDE_LINE.findall(own):
+        provided = DEFINED.findall((LUA / f"{helper}.lua").read_text())
+        assert any(re.search(rf"\b{p}\b", body) for p in provided), f"{name}: unused {helper}"
+
+
+def test_every_helper_a_script_calls_is_included() -> None:
+    helpers = {n for inc in INCLUDES for n in DEFINED.findall((LUA / f"{inc}.lua").read_text())}
+    for name in TRANSITIONS + INCLUDES:
+        own = (LUA / f"{name}.lua").read_text()
+        included = scripts.load_source(name).removesuffix(own.rpartition("\n-- #include ")[2])
+        body = own.rpartition("\n-- #include ")[2]
+        for helper in helpers - set(DEFINED.findall(body)):
+            if re.search(rf"\b{helper}\b", body):
+                assert re.search(rf"^local (?:function )?{helper}\b", included, re.MULTILINE), (
+                    f"{name} uses {helper} without including it"
+                )

@@ -13,13 +13,26 @@ INCLUDE = re.compile(r"^-- #include (_\w+)\.lua$", re.MULTILINE)
 
 def load_source(name: str) -> str:
     """A script's source, with each ``-- #include _name.lua`` line replaced by that file
-    (the helpers several transitions share)."""
+    (the helpers several transitions share). Includes may include others; each file is
+    included once, where it is first named, so a later line naming it again is left out."""
+    return _expand(name, set())
+
+
+def _expand(name: str, included: set[str]) -> str:
     source = files("delayqueue.engine").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-    return INCLUDE.sub(lambda m: load_source(m.group(1)), source)
+
+    def include(match: re.Match[str]) -> str:
+        helper = match.group(1)
+        if helper in included:
+            return f"-- ({helper}.lua: included above)"
+        included.add(helper)
+        return _expand(helper, included)
+
+    return INCLUDE.sub(include, source)
 
 
 class Scripts:
-    """The registered scripts of one client. See each ``scripts/<name>.lua`` for KEYS/ARGV."""
+    """The registered scripts of one client. See each ``lua/<name>.lua`` for KEYS/ARGV."""
 
     def __init__(self, client: Redis) -> None:
         self.enqueue: Script = client.register_script(load_source("enqueue"))

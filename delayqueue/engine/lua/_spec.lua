@@ -1,3 +1,4 @@
+-- Provides split_spec, write_spec and spec_key: the packed spec of never-claimed jobs.
 -- A scheduled job that was never claimed keeps its spec packed in one field of the queue's
 -- specs hash (dq:{Q}:specs, id -> spec), not in a hash of its own: a key per job costs
 -- Redis ~100 bytes before it holds anything. The spec is six fields joined by "\n":
@@ -37,16 +38,7 @@ local function write_spec(job, parts)
   if #gone > 0 then redis.call('HDEL', job, unpack(gone)) end
 end
 
--- Moves job `id`'s packed spec (if any) from the specs hash into its job hash (which must
--- be a hash or missing), hash first. Returns true when it moved, false when there was none,
--- nil when it was malformed (then kept in the job hash as 'raw', for people to look at).
-local function unpack_spec(specs, job, id)
-  local spec = redis.call('HGET', specs, id)
-  if not spec then return false end
-  local parts = split_spec(spec)
-  local ok = parts and spec ~= '\n\n\n\n\n'
-  if ok then write_spec(job, parts) else redis.call('HSET', job, 'raw', spec) end
-  redis.call('HDEL', specs, id)
-  if ok then return true end
-  return nil
+-- The dedupe key of split spec `parts` (nil or false when there is none).
+local function spec_key(parts)
+  return parts and parts[6] ~= '' and parts[6]
 end

@@ -11,8 +11,11 @@
 -- ARGV[2] fencing token
 -- ARGV[3] stats ttl seconds
 -- Returns 1 when acked, 0 when the token is stale or the job is gone.
--- #include _guard.lua
+-- #include _bounds.lua
+-- #include _types.lua
 -- #include _spec.lua
+-- #include _dedupe.lua
+-- #include _stats.lua
 local ttl = number_in(ARGV[3], 1, 1e9)
 if not ttl then return redis.error_reply('ERR ack: ARGV[3] is a stats ttl in seconds') end
 local specs = KEYS[7]
@@ -23,16 +26,11 @@ if bad then return bad end
 local f = hash_fields(KEYS[1], 'tok', 'key')
 if not f or f[1] ~= ARGV[2] then return 0 end
 local id = ARGV[1]
-local keys = {}
-if f[2] then keys[1] = f[2] end
+release_key(KEYS[4], f[2], id)
 if specs then
-  local parts = split_spec(redis.call('HGET', specs, id) or '')
-  if parts and parts[6] ~= '' then keys[#keys + 1] = parts[6] end
+  release_key(KEYS[4], spec_key(split_spec(redis.call('HGET', specs, id) or '')), id)
+  redis.call('HDEL', specs, id)
 end
-for _, key in ipairs(keys) do
-  if redis.call('HGET', KEYS[4], key) == id then redis.call('HDEL', KEYS[4], key) end
-end
-if specs then redis.call('HDEL', specs, id) end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
 redis.call('ZREM', KEYS[6], id)

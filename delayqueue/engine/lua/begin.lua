@@ -7,7 +7,9 @@
 -- ARGV[3] visibility timeout ms for jobs that set none of their own
 -- Returns {1, attempt, max attempts or ""} to run, {0} when the token is stale (or the
 -- job's data is corrupt: it does not run, and reap or the next claim sends it to dead).
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _types.lua
 local now = now_ms()
 local default_vt = number_in(ARGV[3], 0, MAX_VT_MS)
 if not default_vt then

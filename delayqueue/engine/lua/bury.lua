@@ -12,8 +12,13 @@
 -- ARGV[2] reason
 -- ARGV[3] stats ttl seconds
 -- Returns 1 when the job moved to dead, 0 when it was neither scheduled nor in flight.
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _types.lua
+-- #include _foreign.lua
 -- #include _spec.lua
+-- #include _dedupe.lua
+-- #include _stats.lua
 local now = now_ms()
 local id = ARGV[1]
 local ttl = number_in(ARGV[3], 1, 1e9)
@@ -28,10 +33,6 @@ local f = hash_fields(KEYS[1], 'key')
 local spec = redis.call('HGET', KEYS[7], id)
 local parts = spec and split_spec(spec)
 if spec == '\n\n\n\n\n' then parts = nil end
--- The job's key: its packed spec's when it has one (the current spec), else its hash's.
-local keys = {}
-if f and f[1] then keys[#keys + 1] = f[1] end
-if parts and parts[6] ~= '' then keys[#keys + 1] = parts[6] end
 
 -- Writes: the job's hash, then dead, then its removal from where it was.
 if not f then replace_foreign(KEYS[1], ARGV[2]) end
@@ -42,9 +43,9 @@ elseif spec then  -- kept for people to look at
 end
 if spec then redis.call('HDEL', KEYS[7], id) end
 redis.call('HSET', KEYS[1], 'why', ARGV[2], 'err', ARGV[2])
-for _, key in ipairs(keys) do
-  if redis.call('HGET', KEYS[5], key) == id then redis.call('HDEL', KEYS[5], key) end
-end
+-- The job's keys: its hash's, and its packed spec's (the current spec) when it has one.
+release_key(KEYS[5], f and f[1], id)
+release_key(KEYS[5], spec_key(parts), id)
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)

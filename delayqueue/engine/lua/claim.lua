@@ -15,8 +15,14 @@
 -- ARGV[3] stats ttl seconds
 -- Returns {now ms, next due ms or -1, next deadline ms or -1, paused 0|1,
 --          {{id, token, attempt, task, args json, kwargs json or ""}, ...}}
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _due.lua
+-- #include _types.lua
+-- #include _foreign.lua
 -- #include _spec.lua
+-- #include _stats.lua
+-- #include _chunked.lua
 local now = now_ms()
 local limit = number_in(ARGV[1], 0, 1e6)
 local default_vt = number_in(ARGV[2], 0, MAX_VT_MS)
@@ -42,9 +48,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
 end
 
 -- Due jobs, and jobs due after year 9999 (no time delayqueue writes: corrupt, to dead).
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
-local far = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', MAX_TIME_MS),
-                       '+inf', 'LIMIT', 0, limit)
+local ids, far = due_ids(KEYS[1], now, limit)
 
 -- What claiming job `id` would do, from reads only: {ok = true, ...} or {why = reason, ...}.
 local function examine(id, far_due)

@@ -16,8 +16,11 @@
 -- was claimed: a job that has a hash is not written again.)
 -- Every argument of every job is checked before the first write: a bad one fails the call
 -- and writes nothing.
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _types.lua
 -- #include _spec.lua
+-- #include _wake.lua
 local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
   if not now then now = now_ms() end
@@ -110,8 +113,7 @@ end
 
 -- A job written here is now the earliest and due soon: wake the workers sleeping until the
 -- old head. (Among jobs due at the same ms the zset sorts by id, and so does wrote().)
-if earliest and earliest < clock() + horizon
-    and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == earliest_id then
-  redis.call('PUBLISH', ARGV[1], earliest)
+if earliest and earliest < clock() + horizon then
+  wake_if_head(KEYS[1], earliest_id, earliest, ARGV[1])
 end
 return replies

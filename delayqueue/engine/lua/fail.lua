@@ -19,8 +19,14 @@
 -- ARGV[8] stats ttl seconds
 -- ARGV[9] wake channel
 -- Returns "retry", "dead" or "stale".
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _types.lua
 -- #include _spec.lua
+-- #include _history.lua
+-- #include _dedupe.lua
+-- #include _stats.lua
+-- #include _wake.lua
 local now = now_ms()
 local id = ARGV[1]
 local backoff = number_in(ARGV[3], 0, MAX_TIME_MS)
@@ -40,7 +46,7 @@ if not f or f[1] ~= ARGV[2] then return 'stale' end
 local parts = specs and split_spec(redis.call('HGET', specs, id) or '')
 if parts then
   f[3] = parts[4] ~= '' and parts[4]
-  f[4] = parts[6] ~= '' and parts[6]
+  f[4] = spec_key(parts)
 end
 local attempt = counter(f[2])
 local max = max_attempts(f[3], default_max)
@@ -65,7 +71,7 @@ if why then
     redis.call('HDEL', specs, id)
   end
   redis.call('HSET', KEYS[1], 'why', why)
-  if f[4] and redis.call('HGET', KEYS[5], f[4]) == id then redis.call('HDEL', KEYS[5], f[4]) end
+  release_key(KEYS[5], f[4], id)
   redis.call('ZADD', KEYS[4], now, id)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
@@ -78,9 +84,7 @@ if why then
   return 'dead'
 end
 
-redis.call('ZADD', KEYS[3], due, id)
+schedule(KEYS[3], id, due, ARGV[9])
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[4], id)  -- reaped to dead while it ran: this outcome decides
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)
-if head[1] == id then redis.call('PUBLISH', ARGV[9], due) end
 return 'retry'

@@ -3,7 +3,8 @@
 -- KEYS[2] job hash prefix               dq:{Q}:job:
 -- ARGV[1] "ids" (ARGV[2..] are job ids) or "oldest" (ARGV[2] is how many)
 -- Returns the number of dead jobs deleted.
--- #include _guard.lua
+-- #include _bounds.lua
+-- #include _types.lua
 local oldest = ARGV[1] == 'oldest' and number_in(ARGV[2], 0, 1e9)
 if not (oldest or ARGV[1] == 'ids') then
   return redis.error_reply('ERR purge: ARGV is "ids" and ids, or "oldest" and a count')

@@ -15,7 +15,14 @@
 -- ARGV[1] most jobs to reap
 -- ARGV[2] max attempts when the job stores none
 -- Returns {jobs rescheduled, jobs moved to dead}.
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _due.lua
+-- #include _types.lua
+-- #include _foreign.lua
+-- #include _history.lua
+-- #include _dedupe.lua
+-- #include _chunked.lua
 local MAX_NOT_STARTED = 10
 local now = now_ms()
 local limit = number_in(ARGV[1], 0, 1e6)
@@ -26,9 +33,7 @@ end
 local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[5], 'hash'})
 if bad then return bad end
 
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
-local far = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', MAX_TIME_MS),
-                       '+inf', 'LIMIT', 0, limit)
+local ids, far = due_ids(KEYS[1], now, limit)
 for _, id in ipairs(far) do ids[#ids + 1] = id end
 
 -- What reaping job `id` would do, from reads only.
@@ -89,9 +94,7 @@ for _, plan in ipairs(plans) do
   end
   if plan.why then
     if not plan.foreign then redis.call('HSET', plan.job, 'why', plan.why) end
-    if plan.key and redis.call('HGET', KEYS[5], plan.key) == plan.id then
-      redis.call('HDEL', KEYS[5], plan.key)
-    end
+    release_key(KEYS[5], plan.key, plan.id)
     to_dead[#to_dead + 1] = now
     to_dead[#to_dead + 1] = plan.id
     dead = dead + 1

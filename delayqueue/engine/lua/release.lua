@@ -11,7 +11,11 @@
 -- ARGV[6] wake channel
 -- Returns 1 when released, 0 when the job was not in flight (or the token is stale, or its
 -- key is not a hash: reap sends such a job to dead).
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _types.lua
+-- #include _history.lua
+-- #include _wake.lua
 local now = now_ms()
 local id = ARGV[1]
 local delay = number_in(ARGV[3], 0, MAX_TIME_MS)
@@ -34,9 +38,6 @@ set[#set + 1] = 'hist'
 set[#set + 1] = history_with(f[3], {at = now, attempt = attempt or f[2], outcome = 'released',
                                     detail = ARGV[5]})
 redis.call('HSET', KEYS[1], unpack(set))
-local due = now + delay
-redis.call('ZADD', KEYS[3], due, id)
+schedule(KEYS[3], id, now + delay, ARGV[6])
 redis.call('ZREM', KEYS[2], id)
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)
-if head[1] == id then redis.call('PUBLISH', ARGV[6], due) end
 return 1

@@ -8,7 +8,10 @@
 -- ARGV[2] delay ms before it is due
 -- ARGV[3] wake channel
 -- Returns 1 when requeued, 0 when the job is not dead, -1 when its data cannot run.
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _types.lua
+-- #include _wake.lua
 local now = now_ms()
 local id = ARGV[1]
 local delay = number_in(ARGV[2], 0, MAX_TIME_MS)
@@ -24,9 +27,6 @@ if not (f and f[1] and f[2]) then return -1 end
 redis.call('HSET', KEYS[1], 'att', 0)
 redis.call('HDEL', KEYS[1], 'why', 'rp')
 if f[3] then redis.call('HSETNX', KEYS[4], f[3], id) end
-local due = now + delay
-redis.call('ZADD', KEYS[3], due, id)
+schedule(KEYS[3], id, now + delay, ARGV[3])
 redis.call('ZREM', KEYS[2], id)
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)
-if head[1] == id then redis.call('PUBLISH', ARGV[3], due) end
 return 1

@@ -7,7 +7,11 @@
 -- ARGV[4] milliseconds
 -- ARGV[5] wake channel
 -- Returns {id, new due ms} or {id or "", -1} when the job is not scheduled.
--- #include _guard.lua
+-- #include _now.lua
+-- #include _bounds.lua
+-- #include _types.lua
+-- #include _dedupe.lua
+-- #include _wake.lua
 local now = now_ms()
 local due
 if ARGV[3] == 'delay' then
@@ -22,13 +26,8 @@ if not due then
 end
 local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash'})
 if bad then return bad end
-local id = ARGV[1]
-if id == '' then
-  id = redis.call('HGET', KEYS[2], ARGV[2])
-  if not id then return {'', -1} end
-end
+local id = job_by_key(KEYS[2], ARGV[1], ARGV[2])
+if not id then return {'', -1} end
 if not redis.call('ZSCORE', KEYS[1], id) then return {id, -1} end
-redis.call('ZADD', KEYS[1], 'XX', due, id)
-local head = redis.call('ZRANGE', KEYS[1], 0, 0)
-if head[1] == id then redis.call('PUBLISH', ARGV[5], due) end
+schedule(KEYS[1], id, due, ARGV[5])  -- (it is scheduled: the ZADD moves it)
 return {id, due}
