@@ -73,7 +73,7 @@ class QueueKeys:
 
     @property
     def specs(self) -> str:
-        """hash: id -> packed spec of a scheduled job never claimed yet (scripts/_spec.lua)."""
+        """hash: id -> packed spec of a scheduled job never claimed yet (lua/_spec.lua)."""
         return f"{self.base}:specs"
 
     @property

@@ -1,4 +1,4 @@
-"""The packed spec of a scheduled job that was never claimed (see ``scripts/_spec.lua``).
+"""The packed spec of a scheduled job that was never claimed (see ``lua/_spec.lua``).
 
 Such a job is one field of its queue's specs hash, ``id -> spec``, instead of a hash of its
 own: a Redis key costs about 100 bytes before it holds anything, and most jobs of a delayed
