@@ -73,7 +73,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Database 5 of a local Redis: the demo's keys (delayqueue's and Celery's queues) stay out of
+# database 0, where a Redis already running on this machine keeps its data.
+REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/5")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_RESULT_BACKEND = None

@@ -1,14 +1,20 @@
 """The shop: list products, place orders, pay for them before they close."""
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from django.conf import settings
 from django.contrib import messages
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
+
+from delayqueue import DelayQueueError
+from delayqueue.api.job_detail import job_detail
 
 from .forms import PlaceOrderForm
 from .models import Order, Product
@@ -19,6 +25,59 @@ from .templatetags.order_tags import format_duration
 def close_job_key(order_id: int) -> str:
     """The delayqueue key of the job that closes an order; one job per order."""
     return f"close-order:{order_id}"
+
+
+CloseJobState = Literal["scheduled", "inflight", "dead", "none", "unknown"]
+ERROR_CHARS = 160  # most characters of a dead job's error the order list shows
+
+
+@dataclass(frozen=True)
+class CloseJob:
+    """What Redis says about the job that closes a pending order, as the shop shows it."""
+
+    state: CloseJobState
+    at: datetime | None = None  # scheduled: due; in flight: visibility deadline; dead: died
+    seconds_left: float | None = None  # until ``at``, by Redis's clock
+    attempts: int = 0
+    max_attempts: int | None = None
+    error: str = ""
+    admin_url: str = ""
+
+    @property
+    def overdue(self) -> bool:
+        return self.seconds_left is not None and self.seconds_left <= 0
+
+
+def close_job_of(order: Order) -> CloseJob:
+    """The state of ``order``'s close job, read from Redis (read-only) through delayqueue's
+    job query: an operator may have cancelled, rescheduled or run it from the admin."""
+    if not order.close_job_id:
+        return CloseJob("none")
+    queue = close_unpaid_order.delay_queue
+    try:
+        detail = job_detail(queue, order.close_job_id)
+    except DelayQueueError as error:
+        return CloseJob("unknown", error=str(error)[:ERROR_CHARS])
+    if detail is None:
+        return CloseJob("none")
+    admin_url = reverse("admin:delayqueue_delayedjob_job", args=[queue, order.close_job_id])
+    if detail.state is None:  # between two states at the moment of reading
+        return CloseJob("unknown", error="changing state right now", admin_url=admin_url)
+    at = seconds_left = None
+    if detail.at is not None and detail.at.local is not None:
+        at = datetime.fromtimestamp(detail.at.ms / 1000, tz=UTC)
+        seconds_left = (detail.at.ms - detail.now_ms) / 1000
+    error_lines = detail.error.strip().splitlines()
+    why = [part for part in (detail.reason.strip(), error_lines[-1] if error_lines else "") if part]
+    return CloseJob(
+        detail.state,
+        at=at,
+        seconds_left=seconds_left,
+        attempts=detail.attempts,
+        max_attempts=detail.max_attempts,
+        error=": ".join(why)[:ERROR_CHARS],
+        admin_url=admin_url,
+    )
 
 
 def product_list(request: HttpRequest) -> HttpResponse:
@@ -32,7 +91,8 @@ def product_list(request: HttpRequest) -> HttpResponse:
 
 def order_list(request: HttpRequest) -> HttpResponse:
     orders = Order.objects.select_related("product")[:50]
-    return render(request, "orders_demo/order_list.html", {"orders": orders})
+    rows = [(order, close_job_of(order) if order.is_pending else None) for order in orders]
+    return render(request, "orders_demo/order_list.html", {"rows": rows})
 
 
 @require_POST

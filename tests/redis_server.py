@@ -1,13 +1,23 @@
-"""A redis-server the test suite (or a benchmark) starts itself, on a free port."""
+"""A redis-server the test suite (or a benchmark) starts itself, on a free port; and
+``cleanup_on_exit``, which stops it even when the suite is stopped with a signal."""
 
 from __future__ import annotations
 
+import atexit
+import ctypes
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import redis
 
@@ -16,6 +26,64 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when this process dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), even by SIGKILL; None elsewhere. The kernel sends it when
+    the *thread* that started the child ends, so it is used from the main thread only."""
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl: do what it would have done
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def cleanup_on_exit(*callbacks: Callable[[], object]) -> None:
+    """Run ``callbacks`` once when this process exits: normally (atexit, which covers Ctrl-C:
+    pytest ends on KeyboardInterrupt) or on SIGTERM/SIGHUP, whose handler cleans up and then
+    dies of the same signal as it would have. A forked child never runs them. Signals that
+    already have a handler keep it."""
+    owner = os.getpid()
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        if done or os.getpid() != owner:
+            return
+        done = True
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # the other callbacks must still run
+                traceback.print_exc()
+
+    atexit.register(run)
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        run()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, on_signal)
 
 
 class RedisServer:
@@ -56,7 +124,8 @@ class RedisServer:
             "--appendfsync", self.appendfsync, "--loglevel", "warning",
             "--logfile", str(self.dir / "redis.log"), *self.extra,
         ]  # fmt: skip
-        self.process = subprocess.Popen(args)
+        # Dies with this process, even one killed by SIGKILL (Linux).
+        self.process = subprocess.Popen(args, preexec_fn=_die_with_parent())
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -81,7 +150,11 @@ class RedisServer:
             self.process.kill()
         else:
             self.process.terminate()
-        self.process.wait(10)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         self.process = None
 
     def restart(self, *, kill: bool = False) -> None:

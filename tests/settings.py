@@ -1,19 +1,24 @@
 """Settings of the test suite: the demo's settings on a redis-server and a SQLite file of
 the suite's own. Child processes (Celery worker, delay workers) inherit the environment and
-use the same server and database file."""
+use the same server and database file. The process that starts the server removes it and
+its folders when it exits, is stopped by SIGTERM or dies (the server gets SIGTERM then)."""
 
-import atexit
+import functools
 import os
+import shutil
 import tempfile
 
 if "DQ_TEST_REDIS_PORT" not in os.environ:
-    from tests.redis_server import RedisServer
+    from tests.redis_server import RedisServer, cleanup_on_exit
 
     _server = RedisServer().start()
-    atexit.register(_server.cleanup)
+    _test_dir = tempfile.mkdtemp(prefix="dq-test-")
+    # At exit, and on SIGTERM/SIGHUP: stop the server, remove its folder and the suite's own.
+    _remove_dir = functools.partial(shutil.rmtree, _test_dir, ignore_errors=True)
+    cleanup_on_exit(_server.cleanup, _remove_dir)
     os.environ["DQ_TEST_REDIS_PORT"] = str(_server.port)
     os.environ["DQ_TEST_REDIS_RUN_ID"] = str(_server.run_id)
-    os.environ["DQ_TEST_DIR"] = tempfile.mkdtemp(prefix="dq-test-")
+    os.environ["DQ_TEST_DIR"] = _test_dir
 
 _port = os.environ["DQ_TEST_REDIS_PORT"]
 os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_port}/0"  # delayqueue: flushed between tests

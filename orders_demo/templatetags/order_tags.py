@@ -1,7 +1,4 @@
-from datetime import datetime
-
 from django import template
-from django.utils import timezone
 
 register = template.Library()
 
@@ -15,9 +12,8 @@ def format_duration(seconds: int) -> str:
 
 
 @register.filter
-def time_left(deadline: datetime) -> str:
-    """Say how long until ``deadline``, e.g. "29 min 12 s left"."""
-    seconds = int((deadline - timezone.now()).total_seconds())
-    if seconds <= 0:
-        return "time is up"
-    return f"{format_duration(seconds)} left"
+def in_duration(seconds: float | None) -> str:
+    """Say how long until something ``seconds`` from now, e.g. "in 29 min 12 s"."""
+    if seconds is None:
+        return ""
+    return f"in {format_duration(max(int(seconds), 0))}"

@@ -1,8 +1,10 @@
 """Run the whole demo from one terminal: Redis, web server, Celery worker and delay worker."""
 
 import contextlib
+import errno
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +24,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
+from redis.connection import parse_url
 
+from delayqueue.conf import get_settings
+from delayqueue.redaction import redact_url
 from orders_demo.models import Product
 from orders_demo.templatetags.order_tags import format_duration
 
@@ -55,6 +60,38 @@ def redis_answers(url: str) -> bool:
             return bool(client.ping())
     except redis.RedisError:
         return False
+
+
+def redis_db(url: str) -> int:
+    """The database number a Redis URL selects (0 when it names none)."""
+    try:
+        return int(parse_url(url).get("db") or 0)
+    except ValueError:
+        return 0
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something already listens on ``host:port`` (what runserver would bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As runserver does: a port in TIME_WAIT is free, one with a listener is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            if error.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def shown_python() -> str:
+    """How to call this Python from the current directory: ``.venv/bin/python`` in the
+    README's setup, else ``python``."""
+    try:
+        relative = Path(sys.executable).relative_to(Path.cwd())
+    except ValueError:
+        return "python"
+    return str(relative)
 
 
 def start_child(name: str, description: str, args: list[str], cwd: Path) -> Child:
@@ -108,7 +145,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--port", type=int, default=8000, help="Port of the web server.")
+        parser.add_argument(
+            "--port", type=int, default=8000, help="Port of the web server (default 8000)."
+        )
         parser.add_argument(
             "--no-redis",
             action="store_true",
@@ -117,6 +156,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, port: int, no_redis: bool, **options: Any) -> None:
         base_dir = Path(settings.BASE_DIR)
+        self.check_port(port)
         stop_requested = threading.Event()
         with contextlib.ExitStack() as cleanup:
             cleanup.enter_context(stop_on_signals(stop_requested))
@@ -126,6 +166,7 @@ class Command(BaseCommand):
             self.prepare_database()
             if stop_requested.is_set():
                 return
+            self.check_port(port)  # again: the database steps may have taken a while
             children = self.start_demo_processes(base_dir, port)
             cleanup.callback(stop_children, children)
             self.print_banner(port, children, redis_child)
@@ -134,33 +175,67 @@ class Command(BaseCommand):
             if dead is None:
                 self.stdout.write("Stopping…")
         if dead is not None:
+            hint = ""
+            if dead.name == "web":
+                hint = f" Is port {port} in use? Choose another with --port {port + 1}, say."
             raise CommandError(
                 f"{dead.name} ({dead.description}) exited unexpectedly with code "
-                f"{dead.process.returncode}; stopped the other processes."
+                f"{dead.process.returncode}; stopped the other processes.{hint}"
             )
+
+    def check_port(self, port: int) -> None:
+        """Refuse a port the web server could not listen on, before starting anything."""
+        if not 1 <= port <= 65535:
+            raise CommandError(f"--port {port}: give a port between 1 and 65535.")
+        if port_in_use(port):
+            suggestion = 8001 if port == 8000 else port + 1
+            raise CommandError(
+                f"Port {port} on 127.0.0.1 is already in use (another run_demo or runserver?). "
+                f"Stop that, or choose another port with --port, e.g. "
+                f"`{shown_python()} manage.py run_demo --port {suggestion}`."
+            )
+
+    def redis_description(self, url: str) -> str:
+        """Which Redis database and keys the demo uses, e.g. ``redis://127.0.0.1:6379/5
+        (database 5; delayqueue's keys dq:*, Celery's queues in database 5)``."""
+        broker = str(settings.CELERY_BROKER_URL)
+        celery_part = (
+            f"Celery's queues in database {redis_db(url)}"
+            if broker == url
+            else f"Celery's broker at {redact_url(broker)}"
+        )
+        return (
+            f"{redact_url(url)} (database {redis_db(url)}; delayqueue's keys "
+            f"{get_settings().key_prefix}:*, {celery_part})"
+        )
 
     def ensure_redis(
         self, url: str, *, may_start: bool, cleanup: contextlib.ExitStack
     ) -> Child | None:
         """Return the redis-server started for the demo, or None if Redis was already up."""
         if redis_answers(url):
-            self.stdout.write(f"Redis is up at {url}.")
+            self.stdout.write(
+                f"Using the Redis already running at {self.redis_description(url)}. "
+                "run_demo never flushes it: the demo's keys stay there after it stops. "
+                "Set REDIS_URL to use another database or server."
+            )
             return None
         parts = urlsplit(url)
         if not may_start:
             raise CommandError(
-                f"Redis is not reachable at {url}. "
+                f"Redis is not reachable at {redact_url(url)}. "
                 "Start it, or drop --no-redis to let run_demo start one."
             )
         if parts.hostname not in LOCAL_HOSTS:
             raise CommandError(
-                f"Redis is not reachable at {url}. run_demo only starts a Redis on this machine; "
+                f"Redis is not reachable at {redact_url(url)}. "
+                "run_demo only starts a Redis on this machine; "
                 "start yours or point REDIS_URL at one that runs."
             )
         server = shutil.which("redis-server")
         if server is None:
             raise CommandError(
-                f"Redis is not reachable at {url} and redis-server is not installed. "
+                f"Redis is not reachable at {redact_url(url)} and redis-server is not installed. "
                 "Install it (`sudo apt-get install redis-server`, or `brew install redis`), "
                 "or point REDIS_URL at a running Redis."
             )
@@ -173,7 +248,10 @@ class Command(BaseCommand):
         )
         cleanup.callback(stop_children, [child])
         self.wait_until_redis_answers(url, child)
-        self.stdout.write(f"Started redis-server on port {port}.")
+        self.stdout.write(
+            f"Started redis-server on port {port} for the demo (nothing saved; it stops with "
+            f"the demo): {self.redis_description(url)}."
+        )
         return child
 
     def wait_until_redis_answers(self, url: str, child: Child) -> None:
@@ -182,11 +260,12 @@ class Command(BaseCommand):
             if not child.is_running():
                 raise CommandError(
                     f"redis-server exited with code {child.process.returncode} before answering; "
-                    f"is something else using the port of {url}?"
+                    f"is something else using the port of {redact_url(url)}?"
                 )
             if time.monotonic() > deadline:
                 raise CommandError(
-                    f"redis-server did not answer PING at {url} within {REDIS_START_TIMEOUT:.0f} s."
+                    f"redis-server did not answer PING at {redact_url(url)} "
+                    f"within {REDIS_START_TIMEOUT:.0f} s."
                 )
             time.sleep(POLL_INTERVAL)
 
@@ -234,14 +313,17 @@ class Command(BaseCommand):
             "delayqueue demo",
             f"  Shop:   {url}",
             f"  Admin:  {url}admin/",
+            f"  Redis:  {self.redis_description(str(settings.REDIS_URL))}, "
+            + ("started for the demo" if redis_child else "already running, not flushed"),
             "  Processes:",
         ]
         for child in [*children, redis_child] if redis_child else children:
             lines.append(f"    {child.name:<13} {child.description}")
         timeout = settings.ORDER_PAYMENT_TIMEOUT
+        port_option = "" if port == 8000 else f" --port {port}"
         lines += [
-            f"  Unpaid orders close after {format_duration(timeout)} "
-            "(try ORDER_PAYMENT_TIMEOUT=60 python manage.py run_demo).",
+            f"  Unpaid orders close after {format_duration(timeout)} (to watch one close, try "
+            f"ORDER_PAYMENT_TIMEOUT=20 {shown_python()} manage.py run_demo{port_option}).",
             "Ctrl-C stops everything.",
             "",
         ]
