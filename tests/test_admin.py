@@ -235,7 +235,7 @@ def test_hostile_job_data_is_escaped_everywhere(admin_client, r):
         url("list", Q, "scheduled") + "?q=" + hostile,
     ]
     for page in pages:
-        body = text(admin_client.get(page))
+        body = text(admin_client.get(page)).replace("<wbr>", "")  # wrap points, no text
         assert "<script>alert" not in body, page
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body, page
     bad_id = text(admin_client.get(url("job", Q, "J").replace("/J/", "/<img onerror=x>/")))
@@ -309,11 +309,11 @@ def test_run_now_and_reschedule_from_the_job_page(admin_client, r):
     before = redis_ms(r)
     response = post(admin_client, "run_now", job.id, next=url("list", Q, "scheduled"))
     assert response.redirect_chain[-1][0] == url("list", Q, "scheduled")
-    assert f"Job {job.id} will run now." in messages_of(response)
+    assert f"Job {job.id} (tests.jobs.record) will run now." in messages_of(response)
     due = score(r, queue_keys(Q).scheduled, job.id)
     assert due is not None and before <= due <= redis_ms(r)
     later = post(admin_client, "reschedule", job.id, delay="2", unit="hours")
-    assert f"Job {job.id} rescheduled." in messages_of(later)
+    assert f"Job {job.id} (tests.jobs.record) rescheduled." in messages_of(later)
     due = score(r, queue_keys(Q).scheduled, job.id)
     assert due is not None and due >= before + 2 * 3600_000
 
@@ -325,7 +325,7 @@ def test_cancel_asks_first_then_cancels(admin_client, r):
     assert "Yes, I’m sure" in text(confirm) and job.id in text(confirm)
     assert score(r, queue_keys(Q).scheduled, job.id) is not None
     done = post(admin_client, "cancel", job.id, confirmed="yes")
-    assert f"Job {job.id} cancelled." in messages_of(done)
+    assert f"Job {job.id} (tests.jobs.record) cancelled." in messages_of(done)
     assert not r.exists(queue_keys(Q).job(job.id))
 
 
@@ -333,7 +333,9 @@ def test_force_back_an_inflight_job(admin_client, r):
     job = make_inflight("f")
     assert "Yes, I’m sure" in text(post(admin_client, "force_back", job.id))
     done = post(admin_client, "force_back", job.id, confirmed="yes")
-    assert f"Job {job.id} forced back to scheduled, due now." in messages_of(done)
+    assert f"Job {job.id} (tests.jobs.record) forced back to scheduled, due now." in messages_of(
+        done
+    )
     assert score(r, queue_keys(Q).scheduled, job.id) is not None
     assert "by full in the admin" in (r.hget(queue_keys(Q).job(job.id), "hist") or "")
 
@@ -341,15 +343,18 @@ def test_force_back_an_inflight_job(admin_client, r):
 def test_retry_and_delete_dead_jobs_one_and_in_bulk(admin_client, r):
     one, two, three, four = (make_dead(f"d{i}") for i in range(4))
     retried = post(admin_client, "retry", one.id)
-    assert f"Job {one.id} requeued to run now." in messages_of(retried)
+    assert f"Job {one.id} (tests.jobs.record) requeued to run now." in messages_of(retried)
     assert score(r, queue_keys(Q).scheduled, one.id) is not None
     bulk = post(admin_client, "retry", two.id, three.id)
-    assert any(m.startswith("2 jobs (") for m in messages_of(bulk))
+    assert (
+        f"2 jobs requeued to run now: {two.id} (tests.jobs.record); {three.id} (tests.jobs.record)."
+        in messages_of(bulk)
+    )
     confirm = post(admin_client, "delete", four.id)
     assert "gone for good" in text(confirm)
     assert score(r, queue_keys(Q).dead, four.id) is not None
     deleted = post(admin_client, "delete", four.id, confirmed="yes")
-    assert f"Job {four.id} deleted." in messages_of(deleted)
+    assert f"Job {four.id} (tests.jobs.record) deleted." in messages_of(deleted)
     assert r.zcard(queue_keys(Q).dead) == 0
 
 
@@ -474,6 +479,8 @@ def test_every_page_works_under_a_strict_content_security_policy(admin_client, r
         parser.feed(text(response))
         assert parser.found == [], name
         assert {"delayqueue/admin.css", "delayqueue/admin.js"} <= set(parser.static), name
+        # an icon of its own: no browser asks for /favicon.ico (a 404) on these pages
+        assert {"delayqueue/favicon.svg", "delayqueue/favicon.png"} <= set(parser.static), name
         loaded.update(parser.static)
     for path in sorted(loaded):
         assert static_file(path).is_file()
@@ -487,3 +494,133 @@ def test_the_admin_static_files_hold_the_pages_css_and_script():
         "colours come from the admin's variables"
     )
     assert "select-all" in js
+
+
+# ---- what each list and message says ----------------------------------------------------
+
+
+def test_the_dead_list_shows_why_and_the_last_error_shortened_and_escaped(admin_client, r):
+    long_message = "order 1001 could not be closed: " + "payment provider said no; " * 20
+    dead = make_dead("d", error=f"PaymentError: <b>{long_message}</b>\nsecond line")
+    response = admin_client.get(url("list", Q, "dead"))
+    (row,) = response.context["page"].rows
+    assert row.reason == "failed 1 of 1 attempts"
+    assert row.error.startswith("PaymentError: <b>order 1001 could not be closed: payment")
+    assert row.error.endswith("…") and len(row.error) == browse.ERROR_CHARS
+    assert "\n" not in row.error  # one line
+    page = text(response).replace("<wbr>", "")
+    cell = re.search(rf'<tr data-job="{dead.id}">.*?<td class="col-reason">(.*?)</td>', page, re.S)
+    assert cell is not None
+    assert '<span class="reason">failed 1 of 1 attempts</span>' in cell.group(1)
+    assert "PaymentError: &lt;b&gt;order 1001 could not be closed" in cell.group(1)
+    assert "<b>" not in cell.group(1)
+    assert "second line" not in cell.group(1)  # shortened long before it
+
+
+def test_counts_of_one_are_singular(admin_client, r):
+    dead = make_dead("d")
+    pages = {
+        "dead list": admin_client.get(url("list", Q, "dead")),
+        "dead search": admin_client.get(url("list", Q, "dead"), {"q": "record"}),
+        "dashboard": admin_client.get(url("changelist")),
+        "confirm retry all": post(admin_client, "retry_all"),
+        "confirm purge all": post(admin_client, "purge_all"),
+    }
+    for name, response in pages.items():
+        assert re.search(r"\b1 (dead )?jobs\b", text(response)) is None, name
+    dead_list = text(pages["dead list"])
+    assert "Retry the 1 dead job…" in dead_list and "Delete the 1 dead job…" in dead_list
+    assert "1 match among the 1 job." in " ".join(text(pages["dead search"]).split())
+    assert "Requeue the 1 dead job of queue" in text(pages["confirm retry all"])
+    assert "Delete the 1 dead job of queue" in text(pages["confirm purge all"])
+    assert messages_of(post(admin_client, "retry_all", confirmed="yes")) == [
+        "1 dead job of tests requeued."
+    ]
+    assert r.zscore(queue_keys(Q).scheduled, dead.id) is not None
+    for tag in ("e", "f"):
+        make_dead(tag)
+    assert "Retry all 2 dead jobs…" in text(admin_client.get(url("list", Q, "dead")))
+
+
+def test_the_due_chart_summary_is_singular_for_one_job(admin_client, r):
+    schedule("soon", seconds=150)
+    page = text(admin_client.get(url("changelist"), {"chart": Q}))
+    assert "1 job in all" in page and "1 jobs" not in page
+
+
+def test_action_messages_name_the_task_and_the_key(admin_client, r):
+    keyed = schedule("a", key="close-order:7")
+    plain = schedule("b")
+    done = post(admin_client, "run_now", keyed.id)
+    assert messages_of(done) == [
+        f"Job {keyed.id} (tests.jobs.record, key “close-order:7”) will run now."
+    ]
+    # a cancelled job's data is gone, yet its message still names it
+    cancelled = post(admin_client, "cancel", keyed.id, plain.id, confirmed="yes")
+    assert messages_of(cancelled) == [
+        f"2 jobs cancelled: {keyed.id} (tests.jobs.record, key “close-order:7”); "
+        f"{plain.id} (tests.jobs.record)."
+    ]
+    dead = make_dead("d", key="invoice:9")
+    r.zrem(queue_keys(Q).dead, dead.id)  # moved on: someone else took it out of dead
+    missed = post(admin_client, "retry", dead.id)
+    assert messages_of(missed) == [
+        f"Job {dead.id} (tests.jobs.record, key “invoice:9”) is no longer dead — moved on "
+        "meanwhile (run, retried, cancelled or deleted by someone or something else); "
+        "nothing was done."
+    ]
+
+
+def test_action_messages_escape_a_hostile_key(admin_client, r):
+    job = schedule("a", key="<img src=x onerror=alert(1)>")
+    body = text(post(admin_client, "run_now", job.id))
+    assert "<img src=x" not in body
+    assert f"Job {job.id} (tests.jobs.record, key “&lt;img src=x onerror=alert(1)&gt;”)" in body
+
+
+def test_both_search_boxes_share_one_style(admin_client, r):
+    schedule("a")
+    page = text(admin_client.get(url("list", Q, "scheduled")))
+    boxes = re.findall(r'<input type="text" name="(q|task)" id="([\w-]+)" class="dq-search"', page)
+    assert boxes == [("q", "searchbar"), ("task", "task-filter")]
+    css = static_file("delayqueue/admin.css").read_text()
+    assert ".dq #toolbar #searchbar.dq-search, .dq #toolbar #task-filter.dq-search {" in css
+
+
+@pytest.mark.parametrize(
+    "state, label, options",
+    [
+        ("scheduled", "Sort by due time", ["soonest first", "latest first"]),
+        ("inflight", "Sort by deadline", ["soonest first", "latest first"]),
+        ("dead", "Sort by time of death", ["most recent first", "longest ago first"]),
+    ],
+)
+def test_the_sort_menu_says_what_it_sorts_by(admin_client, r, state, label, options):
+    schedule("a")
+    page = text(admin_client.get(url("list", Q, state)))
+    assert f'<label for="order">{label}</label>' in page
+    assert ">Order<" not in page
+    select = re.search(r'<select name="order" id="order">(.*?)</select>', page, re.S)
+    assert select is not None
+    assert re.findall(r">([^<]+)</option>", select.group(1)) == options
+    default = "descending" if state == "dead" else "ascending"
+    assert f'aria-sort="{default}"' in page
+
+
+def test_keys_task_names_and_json_wrap_at_their_punctuation(admin_client, r):
+    schedule("a-b", key="close-order:1001/eu")
+    page = text(admin_client.get(url("list", Q, "scheduled")))
+    assert '<code class="token">close-<wbr>order:<wbr>1001/<wbr>eu</code>' in page
+    assert '<span class="token">tests.<wbr>jobs.<wbr>record</span>' in page
+    assert '<code class="json">[&quot;a-<wbr>b&quot;]<wbr></code>' not in page  # no trailing
+    assert '<code class="json">[&quot;a-<wbr>b&quot;]</code>' in page
+    css = static_file("delayqueue/admin.css").read_text()
+    assert "break-all" not in css  # which breaks every token anywhere
+    assert ".dq #result_list code.json { white-space: pre-wrap; overflow-wrap: anywhere; }" in css
+
+
+def test_the_dashboard_links_each_queue_name_to_its_jobs(admin_client, r):
+    schedule("a")
+    page = text(admin_client.get(url("changelist")))
+    link = f'<th scope="row"><a href="{url("list", Q, "scheduled")}" class="queue-link"'
+    assert link in page

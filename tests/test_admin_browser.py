@@ -12,12 +12,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import ConsoleMessage, Page, Route, expect, sync_playwright
+from playwright.sync_api import (
+    ConsoleMessage,
+    Page,
+    Request,
+    Response,
+    Route,
+    expect,
+    sync_playwright,
+)
 
 from tests import jobs
 from tests.conftest import wait_for
 from tests.processes import ROOT
-from tests.test_operations import schedule
+from tests.test_operations import make_dead, schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -139,7 +147,9 @@ def test_operator_runs_a_scheduled_job_now_and_retries_a_dead_one(
     expect(job_row.locator("input[name=ids]")).to_be_checked()
     page.select_option("select[name=action]", "run_now")
     page.click("#changelist-form button[type=submit]")
-    expect(page.locator(".messagelist")).to_contain_text(f"Job {target.id} will run now.")
+    expect(page.locator(".messagelist")).to_contain_text(
+        f"Job {target.id} (tests.jobs.record, key “close-order:1001”) will run now."
+    )
     reload_until(page, lambda: page.locator(f"tr[data-job='{target.id}']").count() == 0)
     expect(page.locator("#result_list")).to_contain_text("No scheduled job matches.")
     wait_for(lambda: [run for run in jobs.ran("record") if run["tag"] == "by-key"])
@@ -154,5 +164,99 @@ def test_operator_runs_a_scheduled_job_now_and_retries_a_dead_one(
     runs_before = len(jobs.ran("fail"))
     assert runs_before == 3
     page.click("#job-actions button:has-text('Retry now')")
-    expect(page.locator(".messagelist")).to_contain_text(f"Job {doomed.id} requeued to run now.")
+    expect(page.locator(".messagelist")).to_contain_text(
+        f"Job {doomed.id} (tests.jobs.always_fails) requeued to run now."
+    )
     wait_for(lambda: len(jobs.ran("fail")) > runs_before, timeout=30)
+
+
+def test_the_dead_list_fits_1280_pixels_and_no_request_fails(page, live_server, r):
+    """At 1280x800 the dead list shows its Reason column (why, and the last error) inside the
+    window, however long the error, key and arguments; no request of any page fails, the
+    icon included; both search boxes look alike."""
+    failed: list[str] = []
+    icons_loaded: list[str] = []
+
+    def on_response(response: Response) -> None:
+        if response.status >= 400:
+            failed.append(f"{response.status} {response.url}")
+        elif "favicon" in response.url:
+            icons_loaded.append(response.url)
+
+    def on_request_failed(request: Request) -> None:
+        if request.failure != "net::ERR_ABORTED":  # cut short by the next navigation
+            failed.append(f"{request.failure} {request.url}")
+
+    page.on("response", on_response)
+    page.on("requestfailed", on_request_failed)
+    error = (
+        "PaymentGatewayError: the provider refused to capture the payment of order 1001 "
+        "because the card was declined twice; https://payments.example.com/orders/1001/"
+        "attempts?include=declines&format=json " * 3
+    )
+    keys = [
+        "customer-invoice-reminder:tenant-4242:order-1001:2026-11-23T06:00:00Z",
+        "x" * 90,  # one token with no punctuation: may wrap anywhere
+    ]
+    for n, key in enumerate(keys):
+        make_dead(f"order-{n}-" + "a" * 60, error=error, key=key)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{live_server.url}{DASHBOARD}")
+    page.click("tr[data-queue=tests] th a")  # the queue's name leads to its jobs
+    expect(page.locator("h1")).to_contain_text("Scheduled jobs of tests")
+    page.click(".tabs a:has-text('Dead')")
+    page.wait_for_load_state("load")  # the admin's sidebar script has run: sidebar open
+    expect(page.locator("#result_list .error-summary").first).to_contain_text(
+        "PaymentGatewayError: the provider refused"
+    )
+    expect(page.locator("label[for=order]")).to_have_text("Sort by time of death")
+    # the window as it is (a full-page shot lays the page out anew, on a taller window)
+    page.screenshot(path=str(ARTIFACTS / "admin-dead-list-1280.png"))
+
+    width = 1280
+    assert page.locator("#nav-sidebar").is_visible()  # the widest layout: sidebar open
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    for cell in [page.locator("#result_list th.col-reason")] + page.locator(
+        "#result_list td.col-reason"
+    ).all():
+        box = cell.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= width, box
+    results = page.locator("#changelist .results")
+    assert results.evaluate("e => e.scrollWidth <= e.clientWidth"), "the table scrolls sideways"
+
+    # a key with punctuation wraps at it, not inside a word
+    key = page.locator("#result_list td.col-key code", has_text="customer-invoice")
+    lines = key.evaluate(
+        """e => { const r = document.createRange(); const out = []; const t = e.textContent;
+        let node = e.firstChild, top = null, line = "";
+        const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+        while ((node = walker.nextNode())) { for (let i = 0; i < node.length; i++) {
+          r.setStart(node, i); r.setEnd(node, i + 1); const y = r.getBoundingClientRect().top;
+          if (top !== null && Math.abs(y - top) > 2) { out.push(line); line = ""; }
+          top = y; line += node.data[i]; } }
+        out.push(line); return out; }"""
+    )
+    assert "".join(lines) == keys[0]
+    assert len(lines) > 1 and all(line[-1] in "-:" for line in lines[:-1]), lines
+
+    # both search boxes look alike
+    style = """e => { const s = getComputedStyle(e); return [s.height, s.borderTopWidth,
+        s.borderTopColor, s.borderRadius, s.paddingLeft, s.fontSize, s.backgroundColor]; }"""
+    assert page.locator("#searchbar").evaluate(style) == page.locator("#task-filter").evaluate(
+        style
+    )
+
+    # every page names its own icon, which loads; nothing 404s anywhere
+    for path in ("", "tests/scheduled/", "tests/inflight/", "tests/dead/"):
+        page.goto(f"{live_server.url}{DASHBOARD}{path}")
+        icons = page.locator("link[rel~=icon]")
+        assert icons.count() >= 1
+        for href in [icons.nth(i).get_attribute("href") for i in range(icons.count())]:
+            icon = page.request.get(f"{live_server.url}{href}")
+            assert icon.ok and icon.headers["content-type"].startswith("image/"), href
+    page.click("#result_list th a")
+    expect(page.locator("#last-error")).to_contain_text("PaymentGatewayError")
+    page.wait_for_load_state("networkidle")
+    assert failed == [], failed
+    assert any("/static/delayqueue/favicon." in url for url in icons_loaded), icons_loaded
+    assert not any(url.endswith("/favicon.ico") for url in icons_loaded)

@@ -423,7 +423,7 @@ def test_every_valid_queue_name_is_reachable_from_a_browser(admin_client, r, que
     action = url("act", queue)
     assert browser_path(action) == action
     done = admin_client.post(action, {"action": "run_now", "ids": [job.id]}, follow=True)
-    assert f"Job {job.id} will run now." in messages_of(done)
+    assert f"Job {job.id} (tests.jobs.record) will run now." in messages_of(done)
 
 
 # ---- search and bad input ---------------------------------------------------------------
@@ -533,3 +533,26 @@ def test_redis_refusing_is_a_clean_503_on_every_page(admin_client, r, monkeypatc
         assert response.status_code == 503, page
         assert "Back to the delayed jobs dashboard" in text(response)
         assert str(refusal)[:20] in text(response).replace("&#x27;", "'")
+
+
+def test_action_messages_name_jobs_of_any_data_briefly_and_escaped(admin_client, r):
+    """A task name or key of any bytes and length: the message names it on one short line."""
+    raw = raw_redis()
+    k = queue_keys(Q)
+    raw.sadd("dq:queues", Q)
+    huge, odd, wrong = ulid(1), ulid(2), ulid(3)
+    raw.hset(k.job(huge), mapping={"task": "t" * 10_000, "key": b"<b>" + b"k\n" * 5_000})
+    raw.hset(k.job(odd), mapping={"task": NOT_UTF8})
+    raw.set(k.job(wrong), "a string")  # a job key of the wrong type: named by its id alone
+    for job_id in (huge, odd, wrong):
+        raw.zadd(k.dead, {job_id: 1})
+    response = post(admin_client, "delete", huge, odd, wrong, confirmed="yes")
+    assert response.status_code == 200
+    (message,) = messages_of(response)
+    assert message.startswith(f"3 jobs deleted: {huge} (ttttt")
+    assert "key “<b>k k k" in message and "\n" not in message
+    assert f"{odd} (\\xff\\xfe\\x80 not utf-8 \\xc3); {wrong}." in message
+    assert len(message) < 500
+    body = text(response)
+    assert "<b>k" not in body and "&lt;b&gt;k k" in body
+    raw.close()

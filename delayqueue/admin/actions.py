@@ -1,7 +1,8 @@
 """The admin's actions as data: for each one its name, label, permission, the state its jobs
 must be in, whether it asks first, and the one call of operations.py it makes; ``perform``
-runs it and says what came of it (done, moved on meanwhile, cannot run) as messages. The
-views in pages.py check the permission and the input first."""
+runs it and says what came of it (done, moved on meanwhile, cannot run) as messages that
+name each job by its id, task and dedupe key. The views in pages.py check the permission and
+the input first."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import dataclass
 
 from django.contrib import messages
 from django.http import HttpRequest
+from django.utils.translation import ngettext
 
-from delayqueue.api import operations
+from delayqueue.api import browse, operations
 from delayqueue.api.display import State
 
 STATE_LABELS: dict[State, str] = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"}
@@ -135,7 +137,9 @@ ACTIONS = {
 
 
 def perform(action: Action, call: Call) -> None:
-    """Run the action and add a message for each kind of outcome."""
+    """Run the action and add a message for each kind of outcome. The jobs' tasks and keys
+    are read first, so that a message can name a job that the action removes."""
+    labels = browse.job_labels(call.queue, call.ids) if action.state is not None else {}
     outcome = action.apply(call)
     request, queue = call.request, call.queue
     if isinstance(outcome, bool):
@@ -144,37 +148,89 @@ def perform(action: Action, call: Call) -> None:
         else:
             messages.warning(request, f"Queue {queue} was already {action.done}; nothing changed.")
     elif isinstance(outcome, operations.BulkResult):
-        messages.success(request, f"{outcome.done} dead jobs of {queue} {action.done}.")
-        if outcome.unrunnable:
-            messages.warning(
-                request,
-                f"{outcome.unrunnable} dead jobs stay dead: their task or arguments are "
-                "missing in Redis, so they cannot run.",
-            )
-    else:
-        _report(request, action, outcome)
-
-
-def _jobs(ids: list[str]) -> str:
-    if len(ids) == 1:
-        return f"Job {ids[0]}"
-    shown = ", ".join(ids[:5]) + (" …" if len(ids) > 5 else "")
-    return f"{len(ids)} jobs ({shown})"
-
-
-def _report(request: HttpRequest, action: Action, result: operations.ActionResult) -> None:
-    state = STATE_LABELS[action.state or "dead"]
-    if result.done:
-        messages.success(request, f"{_jobs(result.done)} {action.done}.")
-    if result.missed:
-        messages.warning(
-            request,
-            f"{_jobs(result.missed)}: no longer {state} — moved on meanwhile (run, retried, "
-            "cancelled or deleted by someone or something else); nothing was done.",
+        done = ngettext(
+            "%(count)d dead job of %(queue)s %(done)s.",
+            "%(count)d dead jobs of %(queue)s %(done)s.",
+            outcome.done,
         )
-    if result.unrunnable:
+        messages.success(
+            request, done % {"count": outcome.done, "queue": queue, "done": action.done}
+        )
+        if outcome.unrunnable:
+            stay = ngettext(
+                "%(count)d dead job stays dead: its task or arguments are missing in Redis, "
+                "so it cannot run.",
+                "%(count)d dead jobs stay dead: their task or arguments are missing in Redis, "
+                "so they cannot run.",
+                outcome.unrunnable,
+            )
+            messages.warning(request, stay % {"count": outcome.unrunnable})
+    else:
+        _report(request, action, outcome, labels)
+
+
+SHOWN_IN_MESSAGE = 5  # most jobs a message names one by one
+
+
+def _named(job_id: str, labels: dict[str, browse.JobLabel]) -> str:
+    """``01J… (app.tasks.close_order, key “order:7”)``: the id with the task and the key."""
+    label = labels.get(job_id)
+    parts = []
+    if label is not None and label.task:
+        parts.append(label.task)
+    if label is not None and label.key:
+        parts.append(f"key “{label.key}”")
+    return f"{job_id} ({', '.join(parts)})" if parts else job_id
+
+
+def _listed(ids: list[str], labels: dict[str, browse.JobLabel]) -> str:
+    shown = "; ".join(_named(i, labels) for i in ids[:SHOWN_IN_MESSAGE])
+    rest = len(ids) - SHOWN_IN_MESSAGE
+    return shown + (f"; and {rest} more" if rest > 0 else "")
+
+
+def _count(ids: list[str]) -> str:
+    return ngettext("%(count)d job", "%(count)d jobs", len(ids)) % {"count": len(ids)}
+
+
+def _report(
+    request: HttpRequest,
+    action: Action,
+    result: operations.ActionResult,
+    labels: dict[str, browse.JobLabel],
+) -> None:
+    state = STATE_LABELS[action.state or "dead"]
+    moved_on = (
+        "moved on meanwhile (run, retried, cancelled or deleted by someone or something else)"
+    )
+    if len(result.done) == 1:
+        messages.success(request, f"Job {_named(result.done[0], labels)} {action.done}.")
+    elif result.done:
+        messages.success(
+            request, f"{_count(result.done)} {action.done}: {_listed(result.done, labels)}."
+        )
+    if len(result.missed) == 1:
         messages.warning(
             request,
-            f"{_jobs(result.unrunnable)}: stays dead — its task or arguments are missing in "
-            "Redis, so it cannot run. Delete it instead.",
+            f"Job {_named(result.missed[0], labels)} is no longer {state} — {moved_on}; "
+            "nothing was done.",
+        )
+    elif result.missed:
+        messages.warning(
+            request,
+            f"{_count(result.missed)} are no longer {state} — {moved_on}; nothing was done to "
+            f"them: {_listed(result.missed, labels)}.",
+        )
+    if len(result.unrunnable) == 1:
+        messages.warning(
+            request,
+            f"Job {_named(result.unrunnable[0], labels)} stays dead — its task or arguments "
+            "are missing in Redis, so it cannot run. Delete it instead.",
+        )
+    elif result.unrunnable:
+        messages.warning(
+            request,
+            f"{_count(result.unrunnable)} stay dead — their task or arguments are missing in "
+            f"Redis, so they cannot run. Delete them instead: "
+            f"{_listed(result.unrunnable, labels)}.",
         )

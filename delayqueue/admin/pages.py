@@ -40,10 +40,16 @@ from delayqueue.redaction import redact
 P = ParamSpec("P")
 View = Callable[Concatenate[HttpRequest, AdminSite, P], HttpResponse]
 
+# What each list sorts by (the label of its sort menu) and the menu's two directions.
+SORT_LABELS: dict[State, str] = {
+    "scheduled": "Sort by due time",
+    "inflight": "Sort by deadline",
+    "dead": "Sort by time of death",
+}
 ORDER_LABELS: dict[State, dict[browse.Order, str]] = {
-    "scheduled": {"asc": "due soonest first", "desc": "due latest first"},
-    "inflight": {"asc": "deadline soonest first", "desc": "deadline latest first"},
-    "dead": {"asc": "died longest ago first", "desc": "died most recently first"},
+    "scheduled": {"asc": "soonest first", "desc": "latest first"},
+    "inflight": {"asc": "soonest first", "desc": "latest first"},
+    "dead": {"desc": "most recent first", "asc": "longest ago first"},
 }
 DEFAULT_ORDER: dict[State, browse.Order] = {"scheduled": "asc", "inflight": "asc", "dead": "desc"}
 MAX_SEARCH = 200
@@ -208,6 +214,7 @@ def job_list(request: HttpRequest, site: AdminSite, queue: str, state: str) -> H
         state_label=STATE_LABELS[st],
         tabs=[(s, STATE_LABELS[s], _url("list", queue, s)) for s in STATES],
         page=page,
+        sort_label=SORT_LABELS[st],
         order_labels=ORDER_LABELS[st],
         actions=actions,
         paused=operations.is_paused(queue),

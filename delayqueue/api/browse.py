@@ -28,6 +28,8 @@ SEARCH_WINDOW = 5000  # most entries a text search or task filter looks at
 SCAN_CHUNK = 500
 PREVIEW_CHARS = 80
 ID_CHARS = 100  # most characters of a member that is no job id a list shows
+ERROR_CHARS = 160  # most characters of a dead job's error summary a list row shows
+LABEL_CHARS = 100  # most characters of a task name or dedupe key an action's message shows
 
 # Fields of a job hash a list row needs (see keys.py for all fields).
 _ROW_FIELDS = ("task", "args", "kwargs", "key", "att", "max", "err", "why")
@@ -78,6 +80,31 @@ def count(queue: str, state: State) -> int:
         return int(reads.run()[0])
 
 
+@dataclass(frozen=True)
+class JobLabel:
+    """What names a job to a person besides its id: its task and its dedupe key ("" when
+    none, or when the job's data is gone)."""
+
+    task: str
+    key: str
+
+
+def job_labels(queue: str, ids: list[str]) -> dict[str, JobLabel]:
+    """The task and dedupe key of each job id, in one round trip, shortened for a message."""
+    if not ids:
+        return {}
+    with redis_errors():
+        reads = Reads(get_raw_redis(), [])
+        found = read_fields(reads, queue_keys(queue), [i.encode() for i in ids], ("task", "key"))
+    return {
+        job_id: JobLabel(
+            error_summary(f.get("task", ""), LABEL_CHARS),
+            error_summary(f.get("key", ""), LABEL_CHARS),
+        )
+        for job_id, f in zip(ids, found, strict=True)
+    }
+
+
 # ---- job lists --------------------------------------------------------------------------
 
 
@@ -91,7 +118,8 @@ class JobRow:
     key: str
     attempts: int
     max_attempts: int | None
-    error: str
+    reason: str  # why a dead job is dead ("failed 3 of 3 attempts"), else ""
+    error: str  # the last error's summary ("ExcType: message"), on one line and shortened
     missing: bool  # the id is in the zset but its hash is gone
 
 
@@ -145,6 +173,13 @@ def _preview(args_json: str | None, kwargs_json: str | None) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
+def error_summary(error: str, limit: int = ERROR_CHARS) -> str:
+    """An error (or any stored text) as one short line: each run of whitespace (newlines
+    too) as one space, at most ``limit`` characters, cut with "…"."""
+    line = " ".join(error[: limit * 4].split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
 def read_fields(
     reads_of: Reads, keys: QueueKeys, members: list[bytes], names: tuple[str, ...]
 ) -> list[dict[str, str]]:
@@ -178,7 +213,8 @@ def _rows(client: Redis, keys: QueueKeys, entries: list[Entry], page: JobPage) -
                 key=fields.get("key", ""),
                 attempts=integer(fields.get("att")) or 0,
                 max_attempts=integer(fields.get("max")),
-                error=(fields.get("why") or fields.get("err") or "")[:1000],
+                reason=(fields.get("why") or "")[:1000],
+                error=error_summary(fields.get("err") or ""),
                 missing="task" not in fields,
             )
         )
