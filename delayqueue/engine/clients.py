@@ -18,8 +18,7 @@ from delayqueue.errors import InvalidOption
 from delayqueue.redaction import redact_url
 
 _lock = threading.Lock()
-_client: Redis | None = None
-_raw_client: Redis | None = None
+_clients: dict[bool, Redis] = {}  # decode_responses -> client
 _known_queues: set[str] = set()
 
 
@@ -46,32 +45,31 @@ def client_from_url(url: str, **options: Any) -> Redis:
 
 
 def get_redis() -> Redis:
-    global _client
-    if _client is None:
-        with _lock:
-            if _client is None:
-                _client = _make_client(decode=True)
-    return _client
+    """The client for scripts and plain commands: replies decoded as UTF-8 text."""
+    return _client_of(decode=True)
 
 
 def get_raw_redis() -> Redis:
     """A client that returns bytes: for reading job data that may not be valid UTF-8."""
-    global _raw_client
-    if _raw_client is None:
+    return _client_of(decode=False)
+
+
+def _client_of(*, decode: bool) -> Redis:
+    client = _clients.get(decode)
+    if client is None:
         with _lock:
-            if _raw_client is None:
-                _raw_client = _make_client(decode=False)
-    return _raw_client
+            client = _clients.get(decode)
+            if client is None:
+                client = _clients[decode] = _make_client(decode=decode)
+    return client
 
 
 def reset() -> None:
     """Forget the clients and all that was built on them (settings changed, or tests)."""
-    global _client, _raw_client
     with _lock:
-        for client in (_client, _raw_client):
-            if client is not None:
-                client.close()
-        _client, _raw_client = None, None
+        for client in _clients.values():
+            client.close()
+        _clients.clear()
         _known_queues.clear()
     for forget in _on_reset:
         forget()
