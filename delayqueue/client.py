@@ -14,6 +14,7 @@ from typing import Any, Literal
 from celery import Task
 from django.db import transaction
 
+from delayqueue import events
 from delayqueue.conf import WAKE_HORIZON_MS, Settings, get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.clients import get_redis, remember_queue
@@ -25,6 +26,7 @@ from delayqueue.errors import InvalidJobId, NotSerializable, UnknownTask
 from delayqueue.payload import encode_args
 from delayqueue.runner import resolve_task
 from delayqueue.schedule import Mode, to_due
+from delayqueue.signals import SENDER_CLIENT
 from delayqueue.validators import (
     check_key,
     check_max_attempts,
@@ -214,7 +216,9 @@ def _write(specs: list[JobSpec]) -> None:
         for queue in {s.job.queue for s in specs}:
             remember_queue(queue)
     if len(specs) == 1:  # the latency path: delay_for() in a request
-        _apply_reply(specs[0].job, run_direct(_enqueue_call(specs))[0])
+        reply = run_direct(_enqueue_call(specs))[0]
+        _apply_reply(specs[0].job, reply)
+        _scheduled(specs[0].job, reply)
         return
     by_queue: dict[str, list[JobSpec]] = {}
     for s in specs:
@@ -226,8 +230,18 @@ def _write(specs: list[JobSpec]) -> None:
     ]
     replies = run_all([_enqueue_call(chunk) for chunk in chunks])
     for chunk, reply in zip(chunks, replies, strict=True):
+        outcomes: dict[str, int] = {}
         for s, one in zip(chunk, reply, strict=True):
             _apply_reply(s.job, one)
+            _scheduled(s.job, one, events.DEBUG)
+            outcomes[one.outcome] = outcomes.get(one.outcome, 0) + 1
+        events.scheduled_batch(chunk[0].job.queue, outcomes)
+
+
+def _scheduled(job: Job, reply: transitions.Enqueued, level: int = events.INFO) -> None:
+    events.scheduled(
+        SENDER_CLIENT, job.queue, reply.id, job.task, reply.due_ms, job.key, reply.outcome, level
+    )
 
 
 def _enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitions.Enqueued]]:
@@ -304,7 +318,10 @@ def cancel(queue: str, job_id: str | None = None, *, key: str | None = None) -> 
     """Remove a job that is still scheduled, by id or dedupe key; whether one was removed."""
     keys = queue_keys(check_queue_name(queue))
     job_id, key = _id_or_key(job_id, key)
-    return run(transitions.cancel(keys, job_id=job_id, key=key)).removed
+    cancelled = run(transitions.cancel(keys, job_id=job_id, key=key))
+    if cancelled.removed:
+        events.cancelled(SENDER_CLIENT, queue, cancelled.id, key or None)
+    return cancelled.removed
 
 
 def reschedule(
@@ -323,6 +340,7 @@ def reschedule(
     if moved.due_ms is None:
         return None
     found_id = moved.id
+    events.rescheduled(SENDER_CLIENT, queue, found_id, moved.due_ms, key or None)
     with redis_errors():
         pipe = get_redis().pipeline(transaction=False)
         pipe.hget(keys.job(found_id), "task")

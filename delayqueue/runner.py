@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-from celery import Celery, Task, current_app
+from celery import Celery, Task, current_app, current_task
 from django.utils.module_loading import import_string
 
+from delayqueue import events, signals
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run, run_direct
@@ -25,6 +27,11 @@ logger = logging.getLogger(__name__)
 HEADER_QUEUE = "dq_queue"
 HEADER_ID = "dq_id"
 HEADER_TOKEN = "dq_token"
+# For the metrics and logs only (a message without them runs the same): when the delay
+# worker claimed the job, and the job's due time when the worker knows it (epoch ms,
+# Redis's clock).
+HEADER_CLAIMED = "dq_claimed"
+HEADER_DUE = "dq_due"
 
 Backoff = float | Callable[[int], float]
 
@@ -86,6 +93,31 @@ def dispatch_headers(request: Any) -> tuple[str, str, str] | None:
     return str(fields[HEADER_QUEUE]), str(fields[HEADER_ID]), str(fields[HEADER_TOKEN])
 
 
+def _header_ms(request: Any, name: str) -> int | None:
+    """A time header of the current dispatch (see ``dispatch_headers``), or None."""
+    value = getattr(request, name, None)
+    if value is None:
+        headers = getattr(request, "headers", None)
+        value = headers.get(name) if isinstance(headers, dict) else None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 16:
+        return int(value)
+    return None
+
+
+def _since_ms(request: Any, name: str, now_ms: int) -> int | None:
+    then = _header_ms(request, name)
+    return None if then is None else now_ms - then
+
+
+def _task_name(call: Callable[..., Any]) -> str:
+    """The name of the task being run: ``call`` is a task object (a plain task run by
+    delayqueue.run_task) or the ``run`` of the current task (a @delayed_task)."""
+    name = getattr(call, "name", None)
+    if isinstance(name, str):
+        return name
+    return str(getattr(current_task, "name", None) or getattr(call, "__qualname__", "?"))
+
+
 def run_job(
     call: Callable[..., Any],
     args: tuple[Any, ...] | list[Any],
@@ -109,22 +141,44 @@ def run_job(
     if not started.run:
         logger.warning("job %s on %s: stale dispatch (token %s), not run", job_id, queue, token)
         return None
+    task = _task_name(call)
+    attempt = started.attempt
+    if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
+        request = getattr(current_task, "request", None)
+        now_ms = time.time_ns() // 1_000_000
+        events.started(
+            queue,
+            job_id,
+            task,
+            attempt,
+            _since_ms(request, HEADER_DUE, now_ms),
+            _since_ms(request, HEADER_CLAIMED, now_ms),
+        )
+    began = time.monotonic()
     try:
         result = call(*args, **kwargs)
     except Exception as exc:
-        _record_failure(keys, job_id, token, started.attempt, exc, backoff)
+        runtime = time.monotonic() - began
+        outcome, error = _record_failure(keys, job_id, token, attempt, exc, backoff)
+        events.failed(queue, job_id, task, attempt, runtime, exc, outcome, error)
+        if outcome == "dead":
+            events.dead(signals.SENDER_CELERY_WORKER, queue, job_id, error, "failed", task, attempt)
         raise
+    runtime = time.monotonic() - began
     try:
-        run_direct(transitions.ack(keys, job_id, token))
+        acked = run_direct(transitions.ack(keys, job_id, token))
     except DelayQueueError:
         logger.exception("job %s ran but its ack failed; it will run again", job_id)
         raise
+    events.succeeded(queue, job_id, task, attempt, runtime, acked)
     return result
 
 
 def _record_failure(
     keys: QueueKeys, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
-) -> None:
+) -> tuple[transitions.FailOutcome | None, str]:
+    """Record a failed attempt: (the fail script's outcome, or None when it could not be
+    recorded; the error's summary)."""
     config = get_settings()
     error = utf8_safe(f"{type(exc).__qualname__}: {_message(exc)}"[:2000])
     try:
@@ -143,11 +197,10 @@ def _record_failure(
         dead_max=config.dead_max,
     )
     try:
-        outcome = run(call)
+        return run(call), error
     except DelayQueueError:
         logger.exception("job %s failed and the failure could not be recorded", job_id)
-        return
-    logger.warning("job %s attempt %s failed (%s): %s", job_id, attempt, outcome, error)
+        return None, error
 
 
 def _message(exc: BaseException) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from celery import Celery
 
+from delayqueue import events
 from delayqueue.decorator import DelayedTask
 from delayqueue.engine import transitions
 from delayqueue.engine.clients import get_raw_redis, get_redis
@@ -18,7 +19,15 @@ from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import CorruptJob
 from delayqueue.payload import decode_args
-from delayqueue.runner import HEADER_ID, HEADER_QUEUE, HEADER_TOKEN, utf8_safe
+from delayqueue.runner import (
+    HEADER_CLAIMED,
+    HEADER_DUE,
+    HEADER_ID,
+    HEADER_QUEUE,
+    HEADER_TOKEN,
+    utf8_safe,
+)
+from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.tasks import RUN_TASK
 from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
 
@@ -34,6 +43,15 @@ class Claimed:
     task: str
     args_json: str
     kwargs_json: str
+    claimed_ms: int | None = None  # Redis's clock when the claim script ran
+    due_ms: int | None = None  # the due time it was claimed at, when the claim reply has it
+
+    @property
+    def lateness_ms(self) -> int | None:
+        """Due -> claimed (the dispatch follows within the same pass), when both are known."""
+        if self.due_ms is None or self.claimed_ms is None:
+            return None
+        return self.claimed_ms - self.due_ms
 
 
 class Dispatcher:
@@ -54,10 +72,11 @@ class Dispatcher:
             try:
                 message = self._message(job)
             except CorruptJob as exc:
-                bury(job.queue, job.id, f"corrupt job data: {exc}")
+                bury(job.queue, job.id, f"corrupt job data: {exc}", job.task, job.attempt)
                 continue
             except Exception as exc:  # whatever one job's data does, it is that job's problem
-                bury(job.queue, job.id, f"cannot build its Celery message: {describe(exc)}")
+                reason = f"cannot build its Celery message: {describe(exc)}"
+                bury(job.queue, job.id, reason, job.task, job.attempt)
                 continue
             messages.append(message)
             sendable.append(job)
@@ -70,6 +89,10 @@ class Dispatcher:
         if target is None:
             raise CorruptJob(f"unknown task {job.task!r}: no Celery task has this name")
         headers = {HEADER_QUEUE: job.queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
+        if job.claimed_ms is not None:
+            headers[HEADER_CLAIMED] = str(job.claimed_ms)
+        if job.due_ms is not None:
+            headers[HEADER_DUE] = str(job.due_ms)
         if isinstance(target, DelayedTask):
             return TaskMessage(job.task, args, kwargs, headers, job.task)
         return TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
@@ -82,6 +105,7 @@ class Dispatcher:
             self.publisher.publish(messages)
         except PublishError as exc:
             self.dispatched += exc.published
+            _dispatched(jobs[: exc.published])
             self._broker_outage(jobs[exc.published :], exc.cause)
             return False
         except Exception:
@@ -90,6 +114,8 @@ class Dispatcher:
                     jobs[0].queue,
                     jobs[0].id,
                     f"cannot publish its Celery message: {describe_current()}",
+                    jobs[0].task,
+                    jobs[0].attempt,
                 )
                 return True
             for index, (job, message) in enumerate(zip(jobs, messages, strict=True)):
@@ -99,7 +125,7 @@ class Dispatcher:
             return True
         self.dispatched += len(messages)
         self.outage_backoff = 0.0
-        logger.debug("dispatched %s jobs", len(messages))
+        _dispatched(jobs)
         return True
 
     def _broker_outage(self, jobs: list[Claimed], exc: BaseException) -> None:
@@ -128,10 +154,21 @@ class Dispatcher:
         run_all(releases)
 
 
-def decode_claimed(queue: str, raw: transitions.ClaimedJob) -> Claimed | None:
-    """A claimed job from the script's bytes; one whose data is not UTF-8 goes to dead."""
+def _dispatched(jobs: list[Claimed]) -> None:
+    for job in jobs:
+        events.dispatched(job.queue, job.id, job.task, job.attempt, job.lateness_ms)
+
+
+def decode_claimed(
+    queue: str, raw: transitions.ClaimedJob, claimed_ms: int | None = None
+) -> Claimed | None:
+    """A claimed job from the script's bytes; one whose data is not UTF-8 goes to dead.
+    ``claimed_ms``: Redis's clock at the claim (the claim reply's ``now``)."""
     job_id, token, attempt = raw.id, raw.token, raw.attempt
     task, args_json, kwargs_json = raw.task, raw.args_json, raw.kwargs_json
+    # The claim reply carries no due time yet (docs/operations.md, "Lateness"): when it
+    # does, as ``ClaimedJob.due_ms``, the dispatch lateness and the due header follow.
+    due = getattr(raw, "due_ms", None)
     try:
         return Claimed(
             queue,
@@ -141,6 +178,8 @@ def decode_claimed(queue: str, raw: transitions.ClaimedJob) -> Claimed | None:
             task.decode(),
             args_json.decode(),
             kwargs_json.decode(),
+            claimed_ms,
+            None if due is None else int(due),
         )
     except UnicodeDecodeError:
         reason = "corrupt job data: not UTF-8 text (delayqueue stores JSON only)"
@@ -163,11 +202,21 @@ def describe_current() -> str:
     return describe(exc) if exc is not None else "unknown error"
 
 
-def bury(queue: str, job_id: str | bytes, reason: str) -> None:
+def bury(
+    queue: str,
+    job_id: str | bytes,
+    reason: str,
+    task: str | None = None,
+    attempt: int | None = None,
+) -> None:
     """Move a job that can never run to dead. An id that is not UTF-8 (found as bytes) goes
     through the bytes client, so its keys are the ones Redis holds."""
     keys = queue_keys(queue)
     reason = utf8_safe(reason)
-    logger.error("job %r on %s moved to dead: %s", job_id, queue, reason)
     client = get_raw_redis() if isinstance(job_id, bytes) else get_redis()
-    run(transitions.bury(keys, job_id, reason), client)
+    buried = run(transitions.bury(keys, job_id, reason), client)
+    text_id = job_id.decode("utf-8", "backslashreplace") if isinstance(job_id, bytes) else job_id
+    if buried:
+        events.dead(SENDER_DELAY_WORKER, queue, text_id, reason, "buried", task, attempt)
+    else:
+        logger.warning("job %r on %s: not buried (%s): no longer there", job_id, queue, reason)

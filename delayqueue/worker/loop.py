@@ -15,6 +15,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -23,6 +24,7 @@ from celery import Celery
 from redis.client import PubSub
 from ulid import ULID
 
+from delayqueue import events
 from delayqueue.conf import get_settings
 from delayqueue.decorator import DelayedTask
 from delayqueue.engine import transitions
@@ -45,6 +47,8 @@ HEARTBEAT_TTL_SECONDS = 30
 # A queue whose next in-flight deadline is known to lie ahead is reaped at least this often
 # anyway (a belt to the braces: the claim script reports the deadline on every pass).
 REAP_AT_LEAST_EVERY = 1.0
+# The health file (--health-file) is touched after a pass at most this often.
+HEALTH_EVERY = 1.0
 
 
 @dataclass
@@ -65,6 +69,7 @@ class DelayWorker:
         batch_size: int | None = None,
         visibility_timeout: float | None = None,
         celery_app: Celery | None = None,
+        health_file: str | Path | None = None,
     ) -> None:
         config = get_settings()
         self.fixed_queues = [check_queue_name(q) for q in queues] if queues else None
@@ -87,6 +92,9 @@ class DelayWorker:
         self.clock = RedisClock()
         # queue -> (its next in-flight deadline as a time.monotonic(), when it was last reaped)
         self._reap_state: dict[str, tuple[float, float]] = {}
+        self.health_file = Path(health_file) if health_file is not None else None
+        self._health_touched = -math.inf
+        self._health_failed = False
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -96,6 +104,7 @@ class DelayWorker:
         if not once:
             self._install_signal_handlers()
         logger.info("delay worker %s starting (batch %s)", self.id, self.batch_size)
+        self._touch_health()
         try:
             while not self.stopping:
                 self._heartbeat()
@@ -109,6 +118,7 @@ class DelayWorker:
                     logger.exception("delay worker pass failed; retrying in 1 s")
                     self._sleep(1.0)
                     continue
+                self._touch_health()
                 if once:
                     if not result.full:
                         break
@@ -159,11 +169,12 @@ class DelayWorker:
                 self._queue_failed(queue, failed[0], started)
                 continue
             if reaping:
-                _log_reaped(queue, queue_replies[0])
+                reaped: transitions.Reaped = queue_replies[0]
+                events.reaped(queue, reaped.rescheduled, reaped.dead)
             claim: transitions.Claim = queue_replies[-1]
             points += self._note_claim(queue, claim, started, reaping, replied, result)
             for raw in claim.jobs:
-                job = decode_claimed(queue, raw)
+                job = decode_claimed(queue, raw, claim.now_ms)
                 if job is not None:
                     result.claimed.append(job)
         result.wake_at = self._wake_at(points, replied) if points else replied + self.safety_poll
@@ -251,7 +262,26 @@ class DelayWorker:
     def publisher(self) -> Publisher:
         return self.dispatcher.publisher
 
-    # ---- sleeping, heartbeat ---------------------------------------------------------
+    # ---- sleeping, heartbeat, health file -------------------------------------------
+
+    def _touch_health(self) -> None:
+        """Touch the health file (for liveness probes): at start and after a pass that
+        completed, at most every HEALTH_EVERY seconds. Its age is the time since the worker
+        last completed a pass; the worker passes at least every SAFETY_POLL seconds."""
+        if self.health_file is None:
+            return
+        now = time.monotonic()
+        if now - self._health_touched < HEALTH_EVERY:
+            return
+        self._health_touched = now
+        try:
+            self.health_file.touch()
+        except OSError as exc:
+            if not self._health_failed:  # said once, not at every pass
+                logger.error("cannot touch the health file %s: %s", self.health_file, exc)
+            self._health_failed = True
+        else:
+            self._health_failed = False
 
     def _sleep(self, seconds: float) -> None:
         """Wait up to ``seconds`` on the wake channels; returns early on a wake message or a
@@ -343,16 +373,6 @@ class DelayWorker:
                 self._pubsub.close()
         except (RedisUnavailable, OSError):
             pass  # the heartbeat key expires on its own
-
-
-def _log_reaped(queue: str, reaped: transitions.Reaped) -> None:
-    if reaped.rescheduled or reaped.dead:
-        logger.warning(
-            "queue %s: %s in-flight jobs timed out and were rescheduled, %s moved to dead",
-            queue,
-            reaped.rescheduled,
-            reaped.dead,
-        )
 
 
 def _known_queue_names() -> set[str]:

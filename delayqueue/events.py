@@ -1,0 +1,374 @@
+"""What happens at each transition besides Redis: one log line (logger ``delayqueue.jobs``,
+with the job's fields as ``extra`` for a JSON formatter) and one signal
+(``delayqueue.signals``), which the Prometheus metrics (``delayqueue.metrics``) receive.
+
+Called by the client API, the delay worker and the Celery side after the transition's
+script returned. A log line is built only when its level is enabled, a signal's arguments
+only when the signal has receivers, and a receiver that raises is logged, never raised.
+
+Every line carries the extras ``transition``, ``queue``, ``job_id``, ``task``, ``attempt``
+and ``lateness_ms`` (None where unknown), plus the transition's own (``due_ms``,
+``runtime_ms``, ``wait_ms``, ``outcome``, ``reason``, ``key``, ``rescheduled``, ``dead``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from django.dispatch import Signal
+
+from delayqueue import signals
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir"):
+    # Multiprocess mode: every process counts into the shared directory, which a metrics
+    # view serves. Otherwise a process counts once it imports delayqueue.metrics (to serve
+    # it: the view, run_delay_worker --metrics-port), and the others send to no receiver.
+    import delayqueue.metrics  # noqa: F401
+
+logger = logging.getLogger("delayqueue.jobs")
+signal_logger = logging.getLogger("delayqueue.signals")
+
+DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+
+
+def _send(signal: Signal, sender: str, **kwargs: Any) -> None:
+    for receiver, result in signal.send_robust(sender, **kwargs):
+        if isinstance(result, Exception):
+            name = next((n for n, s in signals.ALL.items() if s is signal), "?")
+            signal_logger.error(
+                "a receiver of job_%s (%r) raised %s: %s; the transition stands",
+                name,
+                receiver,
+                type(result).__qualname__,
+                result,
+                extra={
+                    "transition": name,
+                    "queue": kwargs.get("queue"),
+                    "job_id": kwargs.get("job_id"),
+                },
+            )
+
+
+def _log(
+    level: int,
+    message: str,
+    message_args: tuple[Any, ...],
+    transition: str,
+    queue: str,
+    job_id: str | None,
+    task: str | None = None,
+    attempt: int | None = None,
+    lateness_ms: int | None = None,
+    **more: Any,
+) -> None:
+    extra = {
+        "transition": transition,
+        "queue": queue,
+        "job_id": job_id,
+        "task": task,
+        "attempt": attempt,
+        "lateness_ms": lateness_ms,
+        **more,
+    }
+    logger.log(level, message, *message_args, extra=extra)
+
+
+def _when(due_ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(due_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        return f"{due_ms} ms"
+
+
+# ---- the client API (web processes, shells) --------------------------------------------
+
+
+def scheduled(
+    sender: str,
+    queue: str,
+    job_id: str,
+    task: str,
+    due_ms: int,
+    key: str | None,
+    outcome: str,
+    level: int = INFO,
+) -> None:
+    """One job written by the client; ``level`` DEBUG for the jobs of a batch (delay_many),
+    which ``scheduled_batch`` sums up at INFO."""
+    if logger.isEnabledFor(level):
+        what = {
+            "created": "scheduled",
+            "replaced": "scheduled (replacing the job of its key)",
+            "kept": "kept (its key's job stays as it was)",
+        }.get(outcome, outcome)
+        _log(
+            level,
+            "job %s %s: %s on %s, due %s",
+            (job_id, what, task, queue, _when(due_ms)),
+            "scheduled",
+            queue,
+            job_id,
+            task,
+            due_ms=due_ms,
+            key=key,
+            outcome=outcome,
+        )
+    if signals.job_scheduled.receivers:
+        _send(
+            signals.job_scheduled,
+            sender,
+            queue=queue,
+            job_id=job_id,
+            task=task,
+            due_ms=due_ms,
+            key=key,
+            outcome=outcome,
+        )
+
+
+def scheduled_batch(queue: str, outcomes: dict[str, int]) -> None:
+    """One line for the jobs of one batch write on ``queue``: outcome -> count."""
+    if logger.isEnabledFor(INFO):
+        total = sum(outcomes.values())
+        detail = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
+        _log(
+            INFO,
+            "%s jobs written on %s in one batch (%s)",
+            (total, queue, detail),
+            "scheduled",
+            queue,
+            None,
+            count=total,
+        )
+
+
+def cancelled(sender: str, queue: str, job_id: str, key: str | None) -> None:
+    if logger.isEnabledFor(INFO):
+        _log(INFO, "job %s cancelled on %s", (job_id, queue), "cancelled", queue, job_id, key=key)
+    if signals.job_cancelled.receivers:
+        _send(signals.job_cancelled, sender, queue=queue, job_id=job_id, key=key)
+
+
+def rescheduled(sender: str, queue: str, job_id: str, due_ms: int, key: str | None) -> None:
+    if logger.isEnabledFor(INFO):
+        _log(
+            INFO,
+            "job %s rescheduled on %s, due %s",
+            (job_id, queue, _when(due_ms)),
+            "rescheduled",
+            queue,
+            job_id,
+            due_ms=due_ms,
+            key=key,
+        )
+    if signals.job_rescheduled.receivers:
+        _send(signals.job_rescheduled, sender, queue=queue, job_id=job_id, due_ms=due_ms, key=key)
+
+
+def requeued(sender: str, queue: str, job_id: str, task: str | None = None) -> None:
+    if logger.isEnabledFor(INFO):
+        _log(INFO, "dead job %s requeued on %s", (job_id, queue), "requeued", queue, job_id, task)
+    if signals.job_requeued.receivers:
+        _send(signals.job_requeued, sender, queue=queue, job_id=job_id, task=task)
+
+
+# ---- the delay worker ----------------------------------------------------------------------
+
+
+def dispatched(queue: str, job_id: str, task: str, attempt: int, lateness_ms: int | None) -> None:
+    if logger.isEnabledFor(INFO):
+        late = "" if lateness_ms is None else f", {lateness_ms} ms after its due time"
+        _log(
+            INFO,
+            "job %s dispatched: %s on %s, attempt %s%s",
+            (job_id, task, queue, attempt, late),
+            "dispatched",
+            queue,
+            job_id,
+            task,
+            attempt,
+            lateness_ms,
+        )
+    if signals.job_dispatched.receivers:
+        _send(
+            signals.job_dispatched,
+            signals.SENDER_DELAY_WORKER,
+            queue=queue,
+            job_id=job_id,
+            task=task,
+            attempt=attempt,
+            lateness_ms=lateness_ms,
+        )
+
+
+def reaped(queue: str, rescheduled: int, dead: int) -> None:
+    if not (rescheduled or dead):
+        return
+    if logger.isEnabledFor(WARNING):
+        _log(
+            WARNING,
+            "queue %s: %s in-flight jobs timed out and were rescheduled, %s moved to dead",
+            (queue, rescheduled, dead),
+            "reaped",
+            queue,
+            None,
+            rescheduled=rescheduled,
+            dead=dead,
+        )
+    if signals.job_reaped.receivers:
+        _send(
+            signals.job_reaped,
+            signals.SENDER_DELAY_WORKER,
+            queue=queue,
+            rescheduled=rescheduled,
+            dead=dead,
+        )
+
+
+def dead(
+    sender: str,
+    queue: str,
+    job_id: str,
+    reason: str,
+    cause: str,
+    task: str | None = None,
+    attempt: int | None = None,
+) -> None:
+    if logger.isEnabledFor(ERROR):
+        _log(
+            ERROR,
+            "job %s moved to dead on %s: %s",
+            (job_id, queue, reason),
+            "dead",
+            queue,
+            job_id,
+            task,
+            attempt,
+            reason=reason,
+            cause=cause,
+        )
+    if signals.job_dead.receivers:
+        _send(
+            signals.job_dead,
+            sender,
+            queue=queue,
+            job_id=job_id,
+            task=task,
+            attempt=attempt,
+            reason=reason,
+            cause=cause,
+        )
+
+
+# ---- the Celery side -----------------------------------------------------------------------
+
+
+def started(
+    queue: str,
+    job_id: str,
+    task: str,
+    attempt: int,
+    lateness_ms: int | None,
+    wait_ms: int | None,
+) -> None:
+    if logger.isEnabledFor(DEBUG):
+        wait = "" if wait_ms is None else f", {wait_ms} ms after its dispatch"
+        _log(
+            DEBUG,
+            "job %s started: %s on %s, attempt %s%s",
+            (job_id, task, queue, attempt, wait),
+            "started",
+            queue,
+            job_id,
+            task,
+            attempt,
+            lateness_ms,
+            wait_ms=wait_ms,
+        )
+    if signals.job_started.receivers:
+        _send(
+            signals.job_started,
+            signals.SENDER_CELERY_WORKER,
+            queue=queue,
+            job_id=job_id,
+            task=task,
+            attempt=attempt,
+            lateness_ms=lateness_ms,
+            wait_ms=wait_ms,
+        )
+
+
+def succeeded(
+    queue: str, job_id: str, task: str, attempt: int, runtime: float, acked: bool
+) -> None:
+    if logger.isEnabledFor(INFO):
+        note = "" if acked else " (no longer in flight under this dispatch: not acked)"
+        _log(
+            INFO,
+            "job %s succeeded: %s on %s, attempt %s, in %.3f s%s",
+            (job_id, task, queue, attempt, runtime, note),
+            "succeeded",
+            queue,
+            job_id,
+            task,
+            attempt,
+            runtime_ms=round(runtime * 1000),
+            outcome="acked" if acked else "stale",
+        )
+    if signals.job_succeeded.receivers:
+        _send(
+            signals.job_succeeded,
+            signals.SENDER_CELERY_WORKER,
+            queue=queue,
+            job_id=job_id,
+            task=task,
+            attempt=attempt,
+            runtime=runtime,
+            acked=acked,
+        )
+
+
+def failed(
+    queue: str,
+    job_id: str,
+    task: str,
+    attempt: int,
+    runtime: float,
+    exception: BaseException,
+    outcome: str | None,
+    error: str,
+) -> None:
+    if logger.isEnabledFor(WARNING):
+        then = {
+            "retry": "scheduled again after its backoff",
+            "dead": "no attempt left",
+            "stale": "a later dispatch owns the job",
+        }.get(outcome or "", "the failure could not be recorded")
+        _log(
+            WARNING,
+            "job %s failed: %s on %s, attempt %s (%s): %s",
+            (job_id, task, queue, attempt, then, error),
+            "failed",
+            queue,
+            job_id,
+            task,
+            attempt,
+            runtime_ms=round(runtime * 1000),
+            outcome=outcome,
+            reason=error,
+        )
+    if signals.job_failed.receivers:
+        _send(
+            signals.job_failed,
+            signals.SENDER_CELERY_WORKER,
+            queue=queue,
+            job_id=job_id,
+            task=task,
+            attempt=attempt,
+            runtime=runtime,
+            exception=exception,
+            outcome=outcome,
+        )

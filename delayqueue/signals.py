@@ -1,0 +1,86 @@
+"""Django signals sent at each transition of a job (docs/operations.md has the table).
+
+Every signal is sent with ``send_robust``: a receiver that raises is logged (logger
+``delayqueue.signals``) and never breaks the transition, which has already happened in
+Redis when the signal is sent. Receivers run in the process that made the transition, so
+a receiver of ``job_started`` must be connected in the Celery worker (for example in an
+``AppConfig.ready()``), one of ``job_dispatched`` in the delay worker.
+
+``sender`` is the kind of process that sent the signal: one of the ``SENDER_*`` strings
+below. Compare it with ``==`` in the receiver (``connect(sender=...)`` compares identity).
+
+Every signal carries ``queue`` and ``job_id`` (except ``job_reaped``, which is about a batch);
+the others are listed per signal. Times are epoch ms of Redis's clock (``due_ms``) or
+durations (``*_ms`` ints, ``runtime`` seconds); ``None`` where the sender does not know one.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+SENDER_CLIENT = "client"  # the client API (enqueue, cancel, reschedule): web processes, shells
+SENDER_DELAY_WORKER = "delay_worker"  # manage.py run_delay_worker
+SENDER_CELERY_WORKER = "celery_worker"  # the Celery worker running the job's task
+SENDER_ADMIN = "admin"  # the admin's actions (delayqueue.api.operations)
+
+#: A job was written to scheduled (client). ``task``, ``due_ms``, ``key`` (dedupe key or
+#: None), ``outcome`` ("created", "replaced", or "kept": the key kept an existing job,
+#: whose id ``job_id`` then is, and nothing new was scheduled).
+job_scheduled = Signal()
+
+#: A scheduled job was removed (client, admin). ``key`` (the dedupe key it was cancelled
+#: by, or None).
+job_cancelled = Signal()
+
+#: A scheduled job was moved to a new due time (client, admin). ``due_ms``, ``key``.
+job_rescheduled = Signal()
+
+#: A claimed job's Celery message was published (delay worker). ``task``, ``attempt``
+#: (the attempt this dispatch may start, 1 for the first), ``lateness_ms`` (due ->
+#: dispatched; None while the claim reply carries no due time).
+job_dispatched = Signal()
+
+#: The job's task starts in a Celery worker (its fencing token was current). ``task``,
+#: ``attempt``, ``lateness_ms`` (due -> started; None without a due time in the message),
+#: ``wait_ms`` (claimed by the delay worker -> started: the time in the broker's queue, by
+#: Redis's clock against the Celery host's clock; None for a message without it).
+job_started = Signal()
+
+#: The task returned (Celery worker). ``task``, ``attempt``, ``runtime`` (seconds),
+#: ``acked`` (False when the job was no longer in flight under this dispatch's token:
+#: an operator moved it, or a later dispatch took over).
+job_succeeded = Signal()
+
+#: The task raised (Celery worker). ``task``, ``attempt``, ``runtime``, ``exception``,
+#: ``outcome``: "retry" (scheduled again after a backoff), "dead" (``job_dead`` follows),
+#: "stale" (a later dispatch owns the job: nothing recorded), or None when the failure
+#: could not be recorded (Redis unreachable; the job is reaped after its deadline).
+job_failed = Signal()
+
+#: A job moved to dead with a known id (Celery worker after its last attempt; delay worker
+#: for data that can never run). ``task`` (may be None), ``attempt``, ``reason``, ``cause``:
+#: "failed" (attempts used up) or "buried" (unknown task, corrupt data, unpublishable).
+#: Jobs that die when reaped are counted in ``job_reaped``'s ``dead`` (the reap script
+#: reports counts, not ids).
+job_dead = Signal()
+
+#: A dead job was put back to scheduled with its attempts reset (admin). ``task`` may be None.
+job_requeued = Signal()
+
+#: In-flight jobs passed their visibility deadline (delay worker), per queue and pass:
+#: ``rescheduled`` (count, including dispatches that never started and got their attempt
+#: back) and ``dead`` (count). No ``job_id``.
+job_reaped = Signal()
+
+ALL = {
+    "scheduled": job_scheduled,
+    "cancelled": job_cancelled,
+    "rescheduled": job_rescheduled,
+    "dispatched": job_dispatched,
+    "started": job_started,
+    "succeeded": job_succeeded,
+    "failed": job_failed,
+    "dead": job_dead,
+    "requeued": job_requeued,
+    "reaped": job_reaped,
+}

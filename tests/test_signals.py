@@ -1,0 +1,237 @@
+"""Signals and log lines of each transition, sent by real transitions in this process: the
+client API, a delay worker's pass (publishing to a parked broker) and the Celery side
+(``task.apply`` with a dispatch's headers)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from django.dispatch import Signal
+
+import delayqueue
+from delayqueue import signals
+from delayqueue.engine.keys import queue_keys
+from delayqueue.runner import get_celery_app
+from delayqueue.worker.loop import DelayWorker
+from tests import jobs
+
+Q = queue_keys("tests")
+
+
+class Recorder:
+    """Every signal of delayqueue.signals, as (name, sender, kwargs)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any, dict[str, Any]]] = []
+        self.receivers = {name: self._receiver(name) for name in signals.ALL}
+
+    def _receiver(self, name: str) -> Any:
+        def receive(*, signal: Signal, sender: Any, **kwargs: Any) -> None:
+            self.sent.append((name, sender, kwargs))
+
+        return receive
+
+    def of(self, name: str) -> list[dict[str, Any]]:
+        return [kwargs for sent, _, kwargs in self.sent if sent == name]
+
+    def senders(self, name: str) -> set[Any]:
+        return {sender for sent, sender, _ in self.sent if sent == name}
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    recorder = Recorder()
+    for name, receiver in recorder.receivers.items():
+        signals.ALL[name].connect(receiver)
+    yield recorder
+    for name, receiver in recorder.receivers.items():
+        signals.ALL[name].disconnect(receiver)
+
+
+def claim(parked: Celery) -> Any:
+    [claimed] = DelayWorker(["tests"], celery_app=parked).run_pass().claimed
+    return claimed
+
+
+def headers_of(claimed: Any) -> dict[str, str]:
+    return {
+        "dq_queue": claimed.queue,
+        "dq_id": claimed.id,
+        "dq_token": claimed.token,
+        "dq_claimed": str(claimed.claimed_ms),
+    }
+
+
+def test_client_signals_scheduled_cancelled_rescheduled(r: redis.Redis, recorder: Recorder) -> None:
+    job = jobs.record.delay_for("a", seconds=30, key="k", on_commit=False)
+    kept = jobs.record.delay_for("b", seconds=60, key="k", on_commit=False)
+    [created, again] = recorder.of("scheduled")
+    due = r.zscore(Q.scheduled, job.id)
+    assert created == {
+        "queue": "tests",
+        "job_id": job.id,
+        "task": "tests.jobs.record",
+        "due_ms": due,
+        "key": "k",
+        "outcome": "created",
+    }
+    assert again["outcome"] == "kept" and again["job_id"] == kept.id == job.id
+    assert recorder.senders("scheduled") == {signals.SENDER_CLIENT}
+
+    moved = delayqueue.reschedule("tests", job.id, delay=120)
+    assert moved is not None
+    [rescheduled] = recorder.of("rescheduled")
+    assert rescheduled == {
+        "queue": "tests",
+        "job_id": job.id,
+        "due_ms": r.zscore(Q.scheduled, job.id),
+        "key": None,
+    }
+    assert delayqueue.cancel("tests", key="k")
+    assert recorder.of("cancelled") == [{"queue": "tests", "job_id": job.id, "key": "k"}]
+    assert not delayqueue.cancel("tests", job.id)  # nothing removed: no signal
+    assert len(recorder.of("cancelled")) == 1
+
+
+def test_delay_many_sends_one_scheduled_per_job(r: redis.Redis, recorder: Recorder) -> None:
+    made = jobs.record.delay_many([(f"j{i}",) for i in range(7)], seconds=5, on_commit=False)
+    sent = recorder.of("scheduled")
+    assert [s["job_id"] for s in sent] == [job.id for job in made]
+    assert {s["outcome"] for s in sent} == {"created"}
+
+
+def test_worker_signals_dispatched_dead_and_reaped(
+    r: redis.Redis, recorder: Recorder, parked_celery: Celery
+) -> None:
+    job = jobs.record.delay_for("d", seconds=0, on_commit=False)
+    r.hset(Q.job("UNKNOWN"), mapping={"task": "no.such.task", "args": "[]", "max": "3"})
+    r.zadd(Q.scheduled, {"UNKNOWN": 0})
+    worker = DelayWorker(["tests"], celery_app=parked_celery, visibility_timeout=0.1)
+    worker.run_pass()
+    [dispatched] = recorder.of("dispatched")
+    assert dispatched == {
+        "queue": "tests",
+        "job_id": job.id,
+        "task": "tests.jobs.record",
+        "attempt": 1,
+        "lateness_ms": None,  # the claim reply carries no due time
+    }
+    [dead] = recorder.of("dead")
+    assert dead["job_id"] == "UNKNOWN" and dead["cause"] == "buried"
+    assert dead["task"] == "no.such.task" and "unknown task" in dead["reason"]
+    assert recorder.senders("dispatched") == recorder.senders("dead") == {"delay_worker"}
+
+    time.sleep(0.2)  # past the visibility deadline: never started, so reaped
+    worker.run_pass()
+    assert recorder.of("reaped") == [{"queue": "tests", "rescheduled": 1, "dead": 0}]
+
+
+def test_celery_side_signals_started_succeeded(
+    r: redis.Redis, recorder: Recorder, parked_celery: Celery
+) -> None:
+    job = jobs.record.delay_for("s", seconds=0, on_commit=False)
+    claimed = claim(parked_celery)
+    jobs.record.apply(args=("s",), headers=headers_of(claimed))
+    [started] = recorder.of("started")
+    assert started["job_id"] == job.id and started["task"] == "tests.jobs.record"
+    assert started["attempt"] == 1 and started["lateness_ms"] is None
+    assert 0 <= started["wait_ms"] < 5_000  # claimed -> started, across the test's own clock
+    [succeeded] = recorder.of("succeeded")
+    assert succeeded["job_id"] == job.id and succeeded["acked"] is True
+    assert succeeded["attempt"] == 1 and 0 <= succeeded["runtime"] < 5
+    assert recorder.senders("succeeded") == {"celery_worker"}
+
+
+def test_plain_task_run_by_run_task_is_named_by_its_own_name(
+    r: redis.Redis, recorder: Recorder, parked_celery: Celery
+) -> None:
+    delayqueue.enqueue("tests.jobs.plain", ["p"], delay=0, queue="tests", on_commit=False)
+    claimed = claim(parked_celery)
+    run_task = get_celery_app().tasks["delayqueue.run_task"]
+    run_task.apply(args=("tests.jobs.plain", ["p"], {}), headers=headers_of(claimed))
+    assert [s["task"] for s in recorder.of("started")] == ["tests.jobs.plain"]
+    assert [s["task"] for s in recorder.of("succeeded")] == ["tests.jobs.plain"]
+
+
+def test_celery_side_signals_failed_retry_then_dead(
+    r: redis.Redis, recorder: Recorder, parked_celery: Celery
+) -> None:
+    job = delayqueue.enqueue(jobs.always_fails, ["f"], delay=0, max_attempts=2, on_commit=False)
+    for attempt in (1, 2):
+        if attempt == 2:
+            r.zadd(Q.scheduled, {job.id: 0})  # due now, not after the backoff
+        jobs.always_fails.apply(args=("f",), headers=headers_of(claim(parked_celery)))
+    retry, last = recorder.of("failed")
+    assert retry["outcome"] == "retry" and retry["attempt"] == 1
+    assert isinstance(retry["exception"], ValueError) and retry["task"] == "tests.jobs.always_fails"
+    assert last["outcome"] == "dead" and last["attempt"] == 2
+    [dead] = recorder.of("dead")
+    assert dead == {
+        "queue": "tests",
+        "job_id": job.id,
+        "task": "tests.jobs.always_fails",
+        "attempt": 2,
+        "reason": "ValueError: boom f",
+        "cause": "failed",
+    }
+    assert recorder.senders("dead") == {"celery_worker"}
+    assert r.zscore(Q.dead, job.id) is not None
+
+
+def test_a_receiver_that_raises_never_breaks_the_transition(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture, parked_celery: Celery
+) -> None:
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("receiver bug")
+
+    for signal in signals.ALL.values():
+        signal.connect(broken)
+    try:
+        with caplog.at_level(logging.ERROR, logger="delayqueue.signals"):
+            job = jobs.record.delay_for("x", seconds=0, on_commit=False)
+            claimed = claim(parked_celery)
+            result = jobs.record.apply(args=("x",), headers=headers_of(claimed))
+    finally:
+        for signal in signals.ALL.values():
+            signal.disconnect(broken)
+    assert result.result == "x"  # the task ran and returned
+    assert not r.exists(Q.job(job.id)) and r.zcard(Q.inflight) == 0  # and was acked
+    raised = [rec for rec in caplog.records if rec.name == "delayqueue.signals"]
+    assert {rec.transition for rec in raised} >= {  # type: ignore[attr-defined]
+        "scheduled",
+        "dispatched",
+        "started",
+        "succeeded",
+    }
+    assert all("receiver bug" in rec.getMessage() for rec in raised)
+
+
+def test_transitions_are_logged_with_their_fields_as_extras(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture, parked_celery: Celery
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="delayqueue.jobs"):
+        job = jobs.always_fails.delay_for("x", seconds=0, on_commit=False)
+        claimed = claim(parked_celery)
+        jobs.always_fails.apply(args=("x",), headers=headers_of(claimed))
+    lines = {rec.transition: rec for rec in caplog.records if rec.name == "delayqueue.jobs"}  # type: ignore[attr-defined]
+    assert set(lines) == {"scheduled", "dispatched", "started", "failed"}
+    assert lines["scheduled"].levelno == logging.INFO
+    assert lines["dispatched"].levelno == logging.INFO
+    assert lines["started"].levelno == logging.DEBUG
+    assert lines["failed"].levelno == logging.WARNING
+    for rec in lines.values():
+        fields = {
+            name: getattr(rec, name)
+            for name in ("job_id", "queue", "task", "attempt", "lateness_ms")
+        }
+        assert fields["job_id"] == job.id and fields["queue"] == "tests"
+        assert fields["task"] == "tests.jobs.always_fails"
+        assert job.id in rec.getMessage()
+    assert lines["dispatched"].attempt == 1  # type: ignore[attr-defined]
+    assert lines["failed"].outcome == "retry"  # type: ignore[attr-defined]
