@@ -222,11 +222,14 @@ def test_celery_figures_survive_the_prefork_pool_in_multiprocess_mode(
         assert scrape.total("delayqueue_run_seconds_count", queue="tests") == 9
         assert scrape.total("delayqueue_run_seconds_count", task="tests.jobs.record") == 6
         assert scrape.total("delayqueue_start_wait_seconds_count", queue="tests") == 9
+        # every start knows its due time (the dq_due header the claim reply made possible)
+        assert scrape.total("delayqueue_start_lateness_seconds_count", queue="tests") == 9
         assert scrape.total("delayqueue_queue_dead", queue="tests") == 1  # read from Redis
         assert not scrape.has("delayqueue_jobs_dispatched_total")  # the delay worker's own
 
         from_worker = scrape_port(port)
         assert from_worker.total("delayqueue_jobs_dispatched_total", queue="tests") == 9
+        assert from_worker.total("delayqueue_dispatch_lateness_seconds_count", queue="tests") == 9
         assert not from_worker.has("delayqueue_jobs_started_total")
     finally:
         delay.stop()

@@ -212,7 +212,9 @@ def test_claim_unpacks_the_spec_into_the_job_hash(r: redis.Redis) -> None:
     enqueue("A", 0, "line one\nline two", "keep", "kwargs", '{"n":1}', "vt", "5000")
     assert r.hlen(Q.specs) == 1 and not r.exists(Q.job("A"))
     now, *_, jobs = claim()
-    assert jobs == [["A", 1, 1, "tests.jobs.record", '["x"]', '{"n":1}']]
+    [[*claimed, due]] = jobs
+    assert claimed == ["A", 1, 1, "tests.jobs.record", '["x"]', '{"n":1}']
+    assert 0 <= now - int(due) < 5_000  # the score it was claimed at: its due time
     assert r.hlen(Q.specs) == 0
     stored = r.hgetall(Q.job("A"))
     assert {k: stored[k] for k in ("task", "args", "kwargs", "max", "vt", "key")} == {
@@ -246,7 +248,7 @@ def test_replace_of_a_job_back_from_a_failure_keeps_its_history(r: redis.Redis) 
     # A job that has a hash keeps its spec there: no packed spec beside it.
     assert not r.hexists(Q.specs, "A") and r.hget(Q.job("A"), "kwargs") == '{"n":2}'
     assert job(r, "A")["att"] == "1" and job(r, "A")["key"] == "k"
-    _, _, attempt, _, _, kwargs = claim()[4][0]
+    _, _, attempt, _, _, kwargs, _ = claim()[4][0]
     assert (attempt, kwargs) == (2, '{"n":2}')
     assert json.loads(job(r, "A")["hist"])[0]["outcome"] == "failed"
 

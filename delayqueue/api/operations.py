@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from delayqueue import events
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.clients import get_raw_redis, get_redis
@@ -16,6 +17,7 @@ from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import check_job_id, check_queue_name, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.errors import InvalidDelay
+from delayqueue.signals import SENDER_ADMIN
 
 RETRY_CHUNK = 500
 PURGE_CHUNK = 1000
@@ -66,6 +68,9 @@ def reschedule(queue: str, ids: Sequence[str], delay_ms: int) -> ActionResult:
         [transitions.reschedule(keys, job_id=i, mode="delay", ms=delay_ms) for i in ids]
     )
     action = "run now" if delay_ms == 0 else "reschedule"
+    for reply in replies:
+        if reply.due_ms is not None:
+            events.rescheduled(SENDER_ADMIN, queue, reply.id, reply.due_ms, None)
     return _sorted(action, ids, [reply.due_ms is not None for reply in replies])
 
 
@@ -79,6 +84,9 @@ def cancel(queue: str, ids: Sequence[str]) -> ActionResult:
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
     replies = run_all([transitions.cancel(keys, job_id=i) for i in ids])
+    for job_id, reply in zip(ids, replies, strict=True):
+        if reply.removed:
+            events.cancelled(SENDER_ADMIN, queue, job_id, None)
     return _sorted("cancel", ids, [reply.removed for reply in replies])
 
 
@@ -110,6 +118,7 @@ def retry_dead(queue: str, ids: Sequence[str]) -> ActionResult:
     result = ActionResult("retry")
     for job_id, outcome in zip(ids, replies, strict=True):
         if outcome == "requeued":
+            events.requeued(SENDER_ADMIN, queue, job_id)
             result.done.append(job_id)
         elif outcome == "cannot run":
             result.unrunnable.append(job_id)
@@ -143,8 +152,9 @@ def retry_all_dead(queue: str, *, chunk: int = RETRY_CHUNK) -> BulkResult:
                 break
             replies = run_all([transitions.requeue(keys, i) for i in ids])
             budget -= len(ids)
-            for outcome in replies:
+            for raw_id, outcome in zip(ids, replies, strict=True):
                 if outcome == "requeued":
+                    events.requeued(SENDER_ADMIN, queue, raw_id.decode("utf-8", "backslashreplace"))
                     result.done += 1
                 elif outcome == "cannot run":
                     result.unrunnable += 1

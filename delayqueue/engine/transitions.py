@@ -127,6 +127,7 @@ class ClaimedJob:
     task: bytes
     args_json: bytes
     kwargs_json: bytes
+    due_ms: int | None  # the score it was claimed at (its due time)
 
 
 @dataclass(frozen=True)
@@ -145,8 +146,18 @@ def _claim_reply(reply: Any) -> Claim:
         int(next_due) if int(next_due) >= 0 else None,
         int(next_deadline) if int(next_deadline) >= 0 else None,
         bool(int(paused)),
-        [ClaimedJob(*(_bytes(part) for part in job)) for job in jobs],
+        [_claimed_job(job) for job in jobs],
     )
+
+
+def _claimed_job(row: Any) -> ClaimedJob:
+    *parts, due = row
+    try:
+        due_ms: int | None = int(float(_bytes(due)))
+    except (ValueError, OverflowError):
+        due_ms = None
+    job_id, token, attempt, task, args_json, kwargs_json = (_bytes(part) for part in parts)
+    return ClaimedJob(job_id, token, attempt, task, args_json, kwargs_json, due_ms)
 
 
 def _bytes(value: Any) -> bytes:

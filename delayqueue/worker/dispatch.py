@@ -166,9 +166,7 @@ def decode_claimed(
     ``claimed_ms``: Redis's clock at the claim (the claim reply's ``now``)."""
     job_id, token, attempt = raw.id, raw.token, raw.attempt
     task, args_json, kwargs_json = raw.task, raw.args_json, raw.kwargs_json
-    # The claim reply carries no due time yet (docs/operations.md, "Lateness"): when it
-    # does, as ``ClaimedJob.due_ms``, the dispatch lateness and the due header follow.
-    due = getattr(raw, "due_ms", None)
+    due = raw.due_ms
     try:
         return Claimed(
             queue,

@@ -14,7 +14,7 @@
 --         dispatch that never started, up to 32 times)
 -- ARGV[3] stats ttl seconds
 -- Returns {now ms, next due ms or -1, next deadline ms or -1, paused 0|1,
---          {{id, token, attempt, task, args json, kwargs json or ""}, ...}}
+--          {{id, token, attempt, task, args json, kwargs json or "", due ms}, ...}}
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _due.lua
@@ -48,7 +48,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
 end
 
 -- Due jobs, and jobs due after year 9999 (no time delayqueue writes: corrupt, to dead).
-local ids, far = due_ids(KEYS[1], now, limit)
+local ids, far, due_of = due_ids(KEYS[1], now, limit, true)
 
 -- What claiming job `id` would do, from reads only: {ok = true, ...} or {why = reason, ...}.
 local function examine(id, far_due)
@@ -114,7 +114,7 @@ for _, plan in ipairs(plans) do
     local deadline = now + (tonumber(f[5]) or default_vt) * 2 ^ redispatched
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
-    claimed[#claimed + 1] = {id, token, attempt, f[1], f[2], f[3] or ''}
+    claimed[#claimed + 1] = {id, token, attempt, f[1], f[2], f[3] or '', due_of[id] or ''}
   else
     if not plan.foreign then redis.call('HSET', job, 'why', plan.why) end
     buried[#buried + 1] = now
