@@ -137,7 +137,15 @@ def run_job(
     # begin and ack are safe to resend (run_direct sends a call again on a connection Redis
     # dropped while it was idle): the second begin restarts the same deadline, the second
     # ack finds the job gone.
-    started = run_direct(transitions.begin(keys, job_id, token, visibility_ms=visibility_ms))
+    try:
+        started = run_direct(transitions.begin(keys, job_id, token, visibility_ms=visibility_ms))
+    except DelayQueueError as exc:
+        # Redis down, or the queue's keys broken: the task does not run now, and the job,
+        # still in flight, is reaped and dispatched again once Redis can say it may run.
+        logger.error(
+            "job %s on %s not run: its start could not be recorded (%s)", job_id, queue, exc
+        )
+        return None
     if not started.run:
         logger.warning("job %s on %s: stale dispatch (token %s), not run", job_id, queue, token)
         return None
@@ -167,9 +175,13 @@ def run_job(
     runtime = time.monotonic() - began
     try:
         acked = run_direct(transitions.ack(keys, job_id, token))
-    except DelayQueueError:
-        logger.exception("job %s ran but its ack failed; it will run again", job_id)
-        raise
+    except DelayQueueError as exc:
+        # Not raised: the task itself succeeded. The job stays in flight and is reaped and
+        # run again after its visibility timeout (at least once).
+        logger.error(
+            "job %s on %s ran but its ack failed; it will run again (%s)", job_id, queue, exc
+        )
+        return result
     events.succeeded(queue, job_id, task, attempt, runtime, acked)
     return result
 

@@ -365,3 +365,21 @@ def test_a_dispatch_whose_headers_delayqueue_did_not_write_is_not_run(
     ran: list[int] = []
     assert run_job(lambda: ran.append(1), [], {}, ("tests", job.id, token)) is None
     assert not ran and r.zscore(Q.inflight, job.id) is not None
+
+
+def test_a_broken_queue_key_does_not_make_the_celery_side_raise(
+    r: redis.Redis, parked: Celery
+) -> None:
+    """begin cannot record the start (the queue's in-flight key is not a zset): the task
+    does not run and nothing is raised into Celery; the job waits to be reaped."""
+    job = jobs.record.delay_for("x", seconds=0, on_commit=False)
+    [claimed] = DelayWorker(["tests"], celery_app=parked).run_pass().claimed
+    deadline = r.zscore(Q.inflight, job.id)
+    r.rename(Q.inflight, "saved")
+    r.set(Q.inflight, "not a zset")
+    ran: list[int] = []
+    assert run_job(lambda: ran.append(1), [], {}, ("tests", job.id, claimed.token)) is None
+    assert not ran
+    r.delete(Q.inflight)
+    r.rename("saved", Q.inflight)
+    assert r.zscore(Q.inflight, job.id) == deadline
