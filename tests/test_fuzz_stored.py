@@ -204,6 +204,8 @@ def corrupt_field(
     spec: Any = r.hget(keys.specs, job_id)
     if spec is not None and name in SPEC_FIELDS:
         parts = spec.split(b"\n", len(SPEC_FIELDS) - 1)
+        if len(parts) != len(SPEC_FIELDS):
+            return  # an earlier corruption made the spec malformed: that one stands
         parts[SPEC_FIELDS.index(name)] = value if value is not None else b""
         r.hset(keys.specs, job_id, b"\n".join(parts))
     elif value is None:
