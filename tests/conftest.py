@@ -56,14 +56,42 @@ def parked_broker_url() -> str:
     return str(settings.CELERY_BROKER_URL).rsplit("/", 1)[0] + "/2"
 
 
+_apps_made: list[Celery] = []
+
+
 def celery_app_on(broker_url: str) -> Celery:
-    """A Celery app with the suite's tasks and a broker of its own."""
+    """A Celery app with the suite's tasks and a broker of its own (closed after the test
+    that made it, by ``close_what_tests_made``)."""
     from tests import jobs
 
     app = Celery(broker=broker_url)
     for name, task in jobs.record.app.tasks.items():
         app.tasks[name] = task
+    _apps_made.append(app)
     return app
+
+
+@pytest.fixture(autouse=True)
+def close_what_tests_made(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every in-process DelayWorker (its publisher's broker connection and wake
+    channel) and every Celery app of ``celery_app_on`` a test made: a Redis connection
+    left to the garbage collector inside a reference cycle (Celery apps are full of them)
+    can have its socket finalized first, which Python reports as an unclosed socket."""
+    from delayqueue.worker.loop import DelayWorker
+
+    made: list[DelayWorker] = []
+    init = DelayWorker.__init__
+
+    def record(self: DelayWorker, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(DelayWorker, "__init__", record)
+    yield
+    for worker in made:
+        worker.close()
+    while _apps_made:
+        _apps_made.pop().close()
 
 
 @pytest.fixture
@@ -71,7 +99,8 @@ def parked_celery(monkeypatch: pytest.MonkeyPatch) -> Celery:
     """A Celery app whose messages nobody consumes (the session's Celery worker must not run
     what an in-process worker test dispatches)."""
     monkeypatch.delenv("CELERY_BROKER_URL")  # Celery prefers it to an app's own broker
-    redis.Redis.from_url(parked_broker_url()).delete("celery")
+    with redis.Redis.from_url(parked_broker_url()) as broker:
+        broker.delete("celery")
     return celery_app_on(parked_broker_url())
 
 

@@ -63,6 +63,9 @@ class Dispatcher:
         self.dispatched = 0
         self.outage_backoff = 0.0  # seconds the jobs of a refused dispatch wait; doubles
 
+    def close(self) -> None:
+        self.publisher.close()
+
     def dispatch(self, jobs: list[Claimed]) -> None:
         """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
         refuses, the jobs not yet published go back to scheduled with a backoff."""

@@ -369,10 +369,17 @@ class DelayWorker:
                 g = global_keys()
                 get_redis().delete(g.worker(self.id))
                 get_redis().zrem(g.workers, self.id)
-            if self._pubsub is not None:
-                self._pubsub.close()
         except (RedisUnavailable, OSError):
             pass  # the heartbeat key expires on its own
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections of this worker's own: the wake channel's and the
+        publisher's (``run`` does when it stops)."""
+        pubsub, self._pubsub, self._subscribed = self._pubsub, None, set()
+        if pubsub is not None:
+            pubsub.close()
+        self.dispatcher.close()
 
 
 def _known_queue_names() -> set[str]:

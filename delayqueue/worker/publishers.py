@@ -67,12 +67,18 @@ class Publisher(Protocol):
     def publish(self, messages: list[TaskMessage]) -> None:
         """Publish in order; raise PublishError saying how many went out."""
 
+    def close(self) -> None:
+        """Let go of any connection of its own."""
+
 
 class SendTaskPublisher:
     """Celery's ``send_task`` on one pooled producer: any broker."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
+
+    def close(self) -> None:
+        """Nothing of its own: the producer pool is the app's."""
 
     def publish(self, messages: list[TaskMessage]) -> None:
         with self.app.producer_or_acquire() as producer:
@@ -302,6 +308,9 @@ class RedisListPublisher:
             self._channel = self._connection.channel()
             self._client = self._channel._create_client()
         return self._client
+
+    def close(self) -> None:
+        self._disconnect()
 
     def _disconnect(self) -> None:
         connection = self._connection
