@@ -91,7 +91,13 @@ def close_what_tests_made(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for worker in made:
         worker.close()
     while _apps_made:
-        _apps_made.pop().close()
+        # the broker connections of the app's pool (Celery.close() would only drop the pool
+        # and deregister the app, so shared tasks imported later would miss the current app)
+        app = _apps_made.pop()
+        pool = getattr(app, "_pool", None)
+        setattr(app, "_pool", None)  # noqa: B010  (a later use makes a new pool)
+        if pool is not None:
+            pool.force_close_all()
 
 
 @pytest.fixture
