@@ -192,7 +192,7 @@ def _record_failure(
     """Record a failed attempt: (the fail script's outcome, or None when it could not be
     recorded; the error's summary)."""
     config = get_settings()
-    error = utf8_safe(f"{type(exc).__qualname__}: {_message(exc)}"[:2000])
+    error = utf8_safe(describe_exception(exc, 2000))
     try:
         trace = "".join(traceback.format_exception(exc))[-20000:]
     except Exception:  # an exception whose __str__ raises
@@ -215,12 +215,14 @@ def _record_failure(
         return None, error
 
 
-def _message(exc: BaseException) -> str:
-    """``str(exc)``, or a note when the exception cannot even say what it is."""
+def describe_exception(exc: BaseException, limit: int) -> str:
+    """``"ExcType: message"`` cut to ``limit`` characters; a note in place of the message
+    when ``str(exc)`` itself raises."""
     try:
-        return str(exc)
+        text = str(exc)
     except Exception as inner:
-        return f"<str() of the exception raised {type(inner).__qualname__}>"
+        text = f"<str() of the exception raised {type(inner).__qualname__}>"
+    return f"{type(exc).__qualname__}: {text}"[:limit]
 
 
 def utf8_safe(text: str) -> str:

@@ -25,6 +25,7 @@ from delayqueue.runner import (
     HEADER_ID,
     HEADER_QUEUE,
     HEADER_TOKEN,
+    describe_exception,
     utf8_safe,
 )
 from delayqueue.signals import SENDER_DELAY_WORKER
@@ -191,11 +192,7 @@ def decode_claimed(
 
 
 def describe(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-    except Exception:
-        text = ""
-    return f"{type(exc).__qualname__}: {text}"[:500]
+    return describe_exception(exc, 500)
 
 
 def describe_current() -> str:
