@@ -229,11 +229,13 @@ def _write(specs: list[JobSpec]) -> None:
         for start in range(0, len(group), BATCH)
     ]
     replies = run_all([_enqueue_call(chunk) for chunk in chunks])
+    each = events.scheduled_wanted(events.DEBUG)  # a line or a signal per job
     for chunk, reply in zip(chunks, replies, strict=True):
         outcomes: dict[str, int] = {}
         for s, one in zip(chunk, reply, strict=True):
             _apply_reply(s.job, one)
-            _scheduled(s.job, one, events.DEBUG)
+            if each:
+                _scheduled(s.job, one, events.DEBUG)
             outcomes[one.outcome] = outcomes.get(one.outcome, 0) + 1
         events.scheduled_batch(chunk[0].job.queue, outcomes)
 

@@ -129,6 +129,12 @@ def scheduled(
         )
 
 
+def scheduled_wanted(level: int) -> bool:
+    """Whether ``scheduled`` at ``level`` would log or send anything (a batch write skips
+    the per-job calls when not)."""
+    return logger.isEnabledFor(level) or bool(signals.job_scheduled.receivers)
+
+
 def scheduled_batch(queue: str, outcomes: dict[str, int]) -> None:
     """One line for the jobs of one batch write on ``queue``: outcome -> count."""
     if logger.isEnabledFor(INFO):
@@ -178,11 +184,41 @@ def requeued(sender: str, queue: str, job_id: str, task: str | None = None) -> N
 # ---- the delay worker ----------------------------------------------------------------------
 
 
-def dispatched(queue: str, job_id: str, task: str, attempt: int, lateness_ms: int | None) -> None:
+LOG_EACH_DISPATCH = 20  # a larger batch logs one INFO line, its jobs at DEBUG
+
+
+def dispatched_batch(queue: str, lateness: list[int | None]) -> None:
+    """One line for a batch of more than ``LOG_EACH_DISPATCH`` jobs dispatched from
+    ``queue`` (the per-job lines are at DEBUG then, as for the client's batch writes): a
+    burst does not cost a log line per job."""
     if logger.isEnabledFor(INFO):
-        late = "" if lateness_ms is None else f", {lateness_ms} ms after its due time"
+        known = sorted(ms for ms in lateness if ms is not None)
+        late = (
+            f", {known[len(known) // 2]} ms median / {known[-1]} ms most after due" if known else ""
+        )
         _log(
             INFO,
+            "%s jobs dispatched from %s in one batch%s",
+            (len(lateness), queue, late),
+            "dispatched",
+            queue,
+            None,
+            count=len(lateness),
+        )
+
+
+def dispatched(
+    queue: str,
+    job_id: str,
+    task: str,
+    attempt: int,
+    lateness_ms: int | None,
+    level: int = INFO,
+) -> None:
+    if logger.isEnabledFor(level):
+        late = "" if lateness_ms is None else f", {lateness_ms} ms after its due time"
+        _log(
+            level,
             "job %s dispatched: %s on %s, attempt %s%s",
             (job_id, task, queue, attempt, late),
             "dispatched",

@@ -133,6 +133,33 @@ def test_worker_signals_dispatched_dead_and_reaped(
     assert recorder.of("reaped") == [{"queue": "tests", "rescheduled": 1, "dead": 0}]
 
 
+def test_a_large_dispatch_logs_one_info_line_and_still_signals_each_job(
+    r: redis.Redis,
+    recorder: Recorder,
+    caplog: pytest.LogCaptureFixture,
+    parked_celery: Celery,
+) -> None:
+    from delayqueue.events import LOG_EACH_DISPATCH
+
+    count = LOG_EACH_DISPATCH + 5
+    made = jobs.record.delay_many([(f"b{i}",) for i in range(count)], seconds=0, on_commit=False)
+    with caplog.at_level(logging.INFO, logger="delayqueue.jobs"):
+        DelayWorker(["tests"], celery_app=parked_celery).run_pass()
+    lines = [rec for rec in caplog.records if getattr(rec, "transition", "") == "dispatched"]
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO
+    assert lines[0].count == count and lines[0].queue == "tests"  # type: ignore[attr-defined]
+    assert f"{count} jobs dispatched from tests" in lines[0].getMessage()
+    assert "ms median" in lines[0].getMessage()
+    assert sorted(s["job_id"] for s in recorder.of("dispatched")) == sorted(j.id for j in made)
+
+    few = jobs.record.delay_many([(f"f{i}",) for i in range(3)], seconds=0, on_commit=False)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="delayqueue.jobs"):
+        DelayWorker(["tests"], celery_app=parked_celery).run_pass()
+    lines = [rec for rec in caplog.records if getattr(rec, "transition", "") == "dispatched"]
+    assert sorted(rec.job_id for rec in lines) == sorted(j.id for j in few)  # type: ignore[attr-defined]
+
+
 def test_celery_side_signals_started_succeeded(
     r: redis.Redis, recorder: Recorder, parked_celery: Celery
 ) -> None:

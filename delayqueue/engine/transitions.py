@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from delayqueue.engine.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
 
@@ -39,9 +39,10 @@ def _text(value: Any) -> str:
 # ---- enqueue: (new) -> scheduled --------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NewJob:
-    """One job for ``enqueue``: due ``ms`` from Redis's now ("delay") or at epoch ``ms``."""
+class NewJob(NamedTuple):
+    """One job for ``enqueue``: due ``ms`` from Redis's now ("delay") or at epoch ``ms``.
+    Its fields are in the order of the script's ARGV for one job, so the tuple is appended
+    as it is."""
 
     id: str
     mode: Literal["delay", "at"]
@@ -51,8 +52,7 @@ class NewJob:
     packed: str  # the spec (delayqueue.engine.packing)
 
 
-@dataclass(frozen=True)
-class Enqueued:
+class Enqueued(NamedTuple):  # a tuple: one per job of a batch, built fast
     id: str  # the new job's id, or the id of the job its key kept or replaced
     due_ms: int
     outcome: str  # "created" | "kept" | "replaced"
@@ -64,17 +64,26 @@ def enqueue(
 ) -> ScriptCall[list[Enqueued]]:
     argv: list[Any] = [keys.wake, wake_horizon_ms]
     for job in jobs:
-        argv += (job.id, job.mode, job.ms, job.key, job.on_conflict, job.packed)
+        argv += job  # id, mode, ms, key, on_conflict, packed
     return ScriptCall(
         "enqueue",
         [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.specs],
         argv,
-        lambda reply: [
-            Enqueued(_text(i), int(float(due)), _text(outcome), _text(state))
-            for i, due, outcome, state in reply
-        ],
+        _enqueue_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written
     )
+
+
+def _enqueue_reply(reply: Any) -> list[Enqueued]:
+    return [
+        Enqueued(_text(i), _int(due), _text(outcome), _text(state))
+        for i, due, outcome, state in reply
+    ]
+
+
+def _int(value: Any) -> int:
+    """A Lua number reply (an int) or a score as text."""
+    return value if type(value) is int else int(float(value))
 
 
 # ---- cancel, reschedule: scheduled -> gone | scheduled ------------------------------------
@@ -116,14 +125,13 @@ def reschedule(
 # ---- claim: scheduled -> inflight ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ClaimedJob:
+class ClaimedJob(NamedTuple):  # a tuple: one per claimed job, built fast
     """A claimed job as Redis holds it: bytes, decoded by the worker (which buries a job
     whose data is not UTF-8)."""
 
     id: bytes
-    token: bytes
-    attempt: bytes
+    token: bytes | int
+    attempt: bytes | int
     task: bytes
     args_json: bytes
     kwargs_json: bytes
@@ -151,13 +159,14 @@ def _claim_reply(reply: Any) -> Claim:
 
 
 def _claimed_job(row: Any) -> ClaimedJob:
-    *parts, due = row
+    job_id, token, attempt, task, args_json, kwargs_json, due = row
     try:
-        due_ms: int | None = int(float(_bytes(due)))
+        due_ms: int | None = _int(due)
     except (ValueError, OverflowError):
         due_ms = None
-    job_id, token, attempt, task, args_json, kwargs_json = (_bytes(part) for part in parts)
-    return ClaimedJob(job_id, token, attempt, task, args_json, kwargs_json, due_ms)
+    return ClaimedJob(
+        _bytes(job_id), token, attempt, _bytes(task), _bytes(args_json), _bytes(kwargs_json), due_ms
+    )
 
 
 def _bytes(value: Any) -> bytes:

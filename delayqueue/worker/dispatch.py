@@ -159,8 +159,17 @@ class Dispatcher:
 
 
 def _dispatched(jobs: list[Claimed]) -> None:
+    by_queue: dict[str, list[Claimed]] = {}
     for job in jobs:
-        events.dispatched(job.queue, job.id, job.task, job.attempt, job.lateness_ms)
+        by_queue.setdefault(job.queue, []).append(job)
+    for queue, group in by_queue.items():
+        lateness = [job.lateness_ms for job in group]
+        level = events.INFO
+        if len(group) > events.LOG_EACH_DISPATCH:
+            events.dispatched_batch(queue, lateness)
+            level = events.DEBUG
+        for job, late in zip(group, lateness, strict=True):
+            events.dispatched(queue, job.id, job.task, job.attempt, late, level)
 
 
 def decode_claimed(
