@@ -14,8 +14,15 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 DEFAULTS: dict[str, Any] = {
-    # Redis holding the delayed jobs. ``None`` falls back to CELERY_BROKER_URL.
+    # Redis holding the delayed jobs. ``None`` falls back to CELERY_BROKER_URL. Redis Sentinel
+    # in kombu's form: "sentinel://[:password@]host:26379;sentinel://host2:26379/db".
     "REDIS_URL": None,
+    # Sentinel: the name the sentinels monitor the master under (kombu's ``master_name``).
+    # ``None`` with a sentinel:// URL falls back to CELERY_BROKER_TRANSPORT_OPTIONS's.
+    "SENTINEL_MASTER": None,
+    # Sentinel: redis-py options of the connections to the sentinels themselves, e.g.
+    # {"password": ...} (kombu's ``sentinel_kwargs``); the URL's password is the master's.
+    "SENTINEL_KWARGS": None,
     # Prefix of every key (see engine/keys.py). Change it to share one Redis between projects.
     "KEY_PREFIX": "dq",
     # Queue a task goes to when @delayed_task / enqueue() name none.
@@ -56,12 +63,18 @@ DEFAULTS: dict[str, Any] = {
 WAKE_HORIZON_MS = 60_000
 
 
+# The Django settings ``get_settings()`` reads: a change to any of them clears its cache.
+SETTINGS_READ = ("DELAYQUEUE", "CELERY_BROKER_URL", "CELERY_BROKER_TRANSPORT_OPTIONS")
+
+
 @dataclass(frozen=True)
 class Settings:
     """The effective configuration: DEFAULTS overlaid with settings.DELAYQUEUE (the system
     checks, delayqueue.E001-E007, say what is wrong with a value; this only holds them)."""
 
     redis_url: str
+    sentinel_master: str | None
+    sentinel_kwargs: dict[str, Any] | None
     key_prefix: str
     default_queue: str
     batch_size: int
@@ -88,13 +101,27 @@ def user_settings() -> dict[str, Any]:
     return getattr(settings, "DELAYQUEUE", {}) or {}
 
 
+def with_fallbacks(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (DEFAULTS overlaid with DELAYQUEUE) with what falls back to Celery's broker
+    settings: REDIS_URL to CELERY_BROKER_URL and, when that is where the URL came from, the
+    Sentinel master name and sentinel options to CELERY_BROKER_TRANSPORT_OPTIONS's
+    ``master_name`` and ``sentinel_kwargs`` (as kombu reads them)."""
+    config = dict(config)
+    if config["REDIS_URL"] is None:
+        broker_url = getattr(settings, "CELERY_BROKER_URL", None)
+        config["REDIS_URL"] = broker_url or "redis://127.0.0.1:6379/0"
+        options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None)
+        if broker_url and isinstance(options, dict):
+            if config["SENTINEL_MASTER"] is None:
+                config["SENTINEL_MASTER"] = options.get("master_name")
+            if config["SENTINEL_KWARGS"] is None:
+                config["SENTINEL_KWARGS"] = options.get("sentinel_kwargs")
+    return config
+
+
 @cache
 def get_settings() -> Settings:
-    config = {**DEFAULTS, **user_settings()}
-    if config["REDIS_URL"] is None:
-        config["REDIS_URL"] = (
-            getattr(settings, "CELERY_BROKER_URL", None) or "redis://127.0.0.1:6379/0"
-        )
+    config = with_fallbacks({**DEFAULTS, **user_settings()})
     names = {field.name for field in fields(Settings)}
     return Settings(
         **{name.lower(): value for name, value in config.items() if name.lower() in names}
@@ -103,5 +130,5 @@ def get_settings() -> Settings:
 
 @receiver(setting_changed)
 def _reset_settings(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("DELAYQUEUE", "CELERY_BROKER_URL"):
+    if setting in SETTINGS_READ:
         get_settings.cache_clear()

@@ -1,18 +1,30 @@
 """The Redis clients delayqueue uses, created on first use (never at import time), and
 forgotten when the settings change. The one place a new kind of client (Sentinel, Cluster)
-plugs in: ``client_from_url``."""
+plugs in: ``client_from_url``.
+
+Redis Sentinel is configured as kombu configures Celery's broker: ``REDIS_URL`` lists the
+sentinels, ``sentinel://[user:password@]host[:26379][/db];sentinel://host2...``, the URL's
+credentials and database are the master's, ``SENTINEL_MASTER`` is kombu's ``master_name``
+and ``SENTINEL_KWARGS`` its ``sentinel_kwargs`` (options of the connections to the sentinels,
+their password say). The client is redis-py's ``Sentinel.master_for``: each new connection
+asks the sentinels where the master is, and a connection that finds the server it talks to
+demoted (READONLY) drops itself, so the next one goes to the new master."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis import Redis
+from redis.connection import parse_url, to_bool
+from redis.sentinel import Sentinel
 
-from delayqueue.conf import get_settings
+from delayqueue.conf import SETTINGS_READ, get_settings
 from delayqueue.engine.keys import global_keys
 from delayqueue.errors import InvalidOption
 from delayqueue.redaction import redact_url
@@ -26,6 +38,8 @@ def _make_client(*, decode: bool) -> Redis:
     config = get_settings()
     return client_from_url(
         config.redis_url,
+        sentinel_master=config.sentinel_master,
+        sentinel_kwargs=config.sentinel_kwargs,
         decode_responses=decode,
         socket_timeout=config.socket_timeout,
         socket_connect_timeout=config.socket_timeout,
@@ -33,13 +47,146 @@ def _make_client(*, decode: bool) -> Redis:
     )
 
 
-def client_from_url(url: str, **options: Any) -> Redis:
+def client_from_url(
+    url: str,
+    *,
+    sentinel_master: str | None = None,
+    sentinel_kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Redis:
     """A client for ``url``, or InvalidOption when redis-py cannot make a connection of it
-    (an unknown query parameter, a bad port): said at once, not at the first command."""
+    (an unknown query parameter, a bad port; for a ``sentinel://`` URL also no master name,
+    no sentinel, bad sentinel options): said at once, not at the first command. Nothing
+    connects here."""
+    if is_sentinel_url(url):
+        return _sentinel_client(url, sentinel_master, sentinel_kwargs, options)
     try:
         client = Redis.from_url(url, **options)
         client.connection_pool.make_connection()  # builds it without connecting
     except (TypeError, ValueError) as exc:
+        raise InvalidOption(f"REDIS_URL {redact_url(str(url))} is not usable: {exc}") from None
+    return client
+
+
+# ---- Redis Sentinel ------------------------------------------------------------------------
+
+SENTINEL_SCHEME = "sentinel"
+SENTINEL_PORT = 26379  # kombu's default for a sentinel:// URL without a port
+
+
+def is_sentinel_url(url: object) -> bool:
+    return str(url).partition("://")[0].strip().lower() == SENTINEL_SCHEME
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """What a ``sentinel://`` URL says: the sentinels' addresses, and the options of the
+    connections to the master (``db``, ``username``, ``password``, query parameters)."""
+
+    sentinels: list[tuple[str, int]]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """kombu's form: one ``sentinel://[user:password@]host[:port][/db][?option=value]`` per
+    sentinel, joined by ``;``. Credentials, database and options may be written on any part
+    (kombu reads them from the first); parts that disagree are refused, as is a part that
+    names no host. InvalidOption, with the URL redacted, for anything unusable."""
+    sentinels: list[tuple[str, int]] = []
+    options: dict[str, Any] = {}
+    for part in str(url).split(";"):
+        part = part.strip()
+        if not part:
+            continue  # "a;b;" or "a;;b"
+        shown = redact_url(part)
+        scheme, sep, rest = part.partition("://")
+        if not sep or scheme.lower() != SENTINEL_SCHEME:
+            raise InvalidOption(
+                f"REDIS_URL part {shown} is not a sentinel:// URL (a Sentinel REDIS_URL lists "
+                "one sentinel://host:port per sentinel, joined by ';')"
+            )
+        host, port, found = _sentinel_part(rest, shown)
+        sentinels.append((host, port))
+        for name, value in found.items():
+            if name in options and options[name] != value:
+                raise InvalidOption(
+                    f"REDIS_URL parts disagree on {name!r} (at {shown}); write it once, or "
+                    "the same on every part"
+                )
+            options[name] = value
+    if not sentinels:
+        raise InvalidOption(f"REDIS_URL {redact_url(str(url))} names no sentinel")
+    return SentinelTarget(sentinels, options)
+
+
+def _sentinel_part(rest: str, shown: str) -> tuple[str, int, dict[str, Any]]:
+    """(host, port, master connection options) of one part after its ``sentinel://``."""
+    try:
+        port = urlsplit(f"redis://{rest}").port
+        found = parse_url(f"redis://{rest}")
+    except ValueError as exc:
+        raise InvalidOption(f"REDIS_URL part {shown} is not usable: {exc}") from None
+    host = found.pop("host", None)
+    if not host:
+        raise InvalidOption(f"REDIS_URL part {shown} names no sentinel host")
+    if port == 0:
+        raise InvalidOption(f"REDIS_URL part {shown} has port 0")
+    found.pop("port", None)
+    path = unquote(urlsplit(f"redis://{rest}").path).strip("/")
+    if path and "db" not in found:
+        if not path.isdigit():
+            raise InvalidOption(f"REDIS_URL part {shown}: the database must be a number")
+        found["db"] = int(path)
+    if "ssl" in found:  # a string in the URL; "false" must not turn TLS on
+        found["ssl"] = bool(to_bool(found["ssl"]))
+    return host, port or SENTINEL_PORT, found
+
+
+class SentinelRedis(Redis):
+    """A client of the master the sentinels name (``Sentinel.master_for``) whose ``close()``
+    also closes its connections to the sentinels."""
+
+    sentinel_manager: Sentinel | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            sentinel, self.sentinel_manager = self.sentinel_manager, None
+            if sentinel is not None:
+                sentinel.close()
+
+
+def _sentinel_client(
+    url: str,
+    master: str | None,
+    sentinel_kwargs: Mapping[str, Any] | None,
+    options: dict[str, Any],
+) -> Redis:
+    target = parse_sentinel_url(url)
+    if not isinstance(master, str) or not master.strip():
+        raise InvalidOption(
+            f"REDIS_URL {redact_url(str(url))} is a Sentinel URL: DELAYQUEUE['SENTINEL_MASTER'] "
+            "must name the master the sentinels monitor"
+        )
+    if sentinel_kwargs is not None and not isinstance(sentinel_kwargs, Mapping):
+        raise InvalidOption("DELAYQUEUE['SENTINEL_KWARGS'] must be a dict of redis-py options")
+    # The sentinels answer within the same timeouts as the master unless told otherwise.
+    timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
+    to_sentinels = {**timeouts, **(sentinel_kwargs or {})}
+    try:
+        sentinel = Sentinel(target.sentinels, sentinel_kwargs=to_sentinels)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOption(f"DELAYQUEUE['SENTINEL_KWARGS'] is not usable: {exc}") from None
+    try:
+        # the URL's own options win, as Redis.from_url lets them
+        client: SentinelRedis = sentinel.master_for(
+            master, redis_class=SentinelRedis, **{**options, **target.options}
+        )
+        client.sentinel_manager = sentinel
+        client.connection_pool.make_connection()  # builds it without connecting
+    except (TypeError, ValueError) as exc:
+        sentinel.close()
         raise InvalidOption(f"REDIS_URL {redact_url(str(url))} is not usable: {exc}") from None
     return client
 
@@ -87,7 +234,7 @@ def on_reset(forget: Callable[[], None]) -> Callable[[], None]:
 
 @receiver(setting_changed)
 def _reset_on_settings_change(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("DELAYQUEUE", "CELERY_BROKER_URL"):
+    if setting in SETTINGS_READ:
         reset()
 
 

@@ -125,11 +125,11 @@ class DirectConnections:
         if self._pid != os.getpid():
             self._idle, self._pid = [], os.getpid()
         try:
-            connection = self._idle.pop()
+            connection, new = self._idle.pop(), False
         except IndexError:
-            connection = self._connection_class(**self._kwargs)
+            connection, new = self._connection_class(**self._kwargs), True
         try:
-            reply = self._call(connection, script, keys, args)
+            reply = self._call(connection, script, keys, args, connect=new)
         except BaseException:
             connection.disconnect()
             raise
@@ -144,10 +144,20 @@ class DirectConnections:
 
     @staticmethod
     def _call(
-        connection: AbstractConnection, script: Script, keys: list[str], args: list[Any]
+        connection: AbstractConnection,
+        script: Script,
+        keys: list[str],
+        args: list[Any],
+        *,
+        connect: bool,
     ) -> Any:
         for attempt in range(3):
             try:
+                if connect or attempt:
+                    # Not the send's own reconnect, which goes back to the last address: a
+                    # Sentinel-managed connection asks the sentinels for the master here (a
+                    # master that answered READONLY was demoted; the connection dropped itself).
+                    connection.connect()
                 command = ("EVALSHA", script.sha, len(keys), *keys, *args)
                 # hiredis (a dependency) packs it without redis-py's pass over each argument
                 connection.send_packed_command([pack_command(command)])
@@ -162,7 +172,7 @@ class DirectConnections:
             except redis.ConnectionError:
                 if attempt == 2:
                     raise
-                connection.disconnect()  # the next send connects again
+                connection.disconnect()  # the next attempt connects again
         raise AssertionError("unreachable")
 
 
