@@ -10,9 +10,12 @@ from celery import Task, shared_task
 
 from delayqueue import client
 from delayqueue.engine.keys import check_queue_name
+from delayqueue.errors import InvalidOption
 from delayqueue.runner import Backoff, dispatch_headers, run_job
 from delayqueue.schedule import delay_seconds
 from delayqueue.validators import check_backoff, check_max_attempts, check_visibility_timeout
+
+MAX_BATCH = 1_000  # jobs in one batch message
 
 
 class DelayedTask(Task[Any, Any]):
@@ -27,6 +30,7 @@ class DelayedTask(Task[Any, Any]):
     dq_max_attempts: int | None = None
     dq_backoff: Backoff | None = None
     dq_visibility_timeout: float | None = None
+    dq_batch: int | None = None  # jobs per Celery message; None: batches only under a backlog
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dispatch = dispatch_headers(self.request)
@@ -122,6 +126,7 @@ def delayed_task(
     max_attempts: int | None = None,
     backoff: Backoff | None = None,
     visibility_timeout: float | None = None,
+    batch: int | None = None,
     **celery_options: Any,
 ) -> Callable[[Callable[..., Any]], DelayedTask]: ...
 def delayed_task(
@@ -132,6 +137,7 @@ def delayed_task(
     max_attempts: int | None = None,
     backoff: Backoff | None = None,
     visibility_timeout: float | None = None,
+    batch: int | None = None,
     **celery_options: Any,
 ) -> DelayedTask | Callable[[Callable[..., Any]], DelayedTask]:
     """Make a plain function a Celery task that can also be run later:
@@ -142,6 +148,10 @@ def delayed_task(
     max_attempts: runs before the job goes to dead (default DELAYQUEUE["MAX_ATTEMPTS"]).
     backoff: base seconds of the exponential retry backoff, or attempt -> seconds.
     visibility_timeout: seconds a run may take before the job is run again elsewhere.
+    batch: due jobs handed to Celery per message, run one after another in one pool process,
+    each acked or retried on its own (docs/design.md, "Batched hand-off"). 1: one job per
+    message always. Unset: batches of 32 when 64 or more of the task's jobs are due at once,
+    unless the task sets a Celery time or rate limit.
     Other keywords go to Celery's ``shared_task``.
     """
     if queue is not None:
@@ -151,6 +161,10 @@ def delayed_task(
     if visibility_timeout is not None:
         check_visibility_timeout(visibility_timeout)
     check_backoff(backoff)
+    if batch is not None and (
+        isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH
+    ):
+        raise InvalidOption(f"batch must be an integer from 1 to {MAX_BATCH}, not {batch!r}")
 
     def wrap(function: Callable[..., Any]) -> DelayedTask:
         task: DelayedTask = shared_task(
@@ -159,6 +173,7 @@ def delayed_task(
             dq_max_attempts=max_attempts,
             dq_backoff=staticmethod(backoff) if callable(backoff) else backoff,
             dq_visibility_timeout=visibility_timeout,
+            dq_batch=batch,
             **celery_options,
         )(function)
         return task

@@ -93,7 +93,7 @@ def dispatch_headers(request: Any) -> tuple[str, str, str] | None:
     return str(fields[HEADER_QUEUE]), str(fields[HEADER_ID]), str(fields[HEADER_TOKEN])
 
 
-def _header_ms(request: Any, name: str) -> int | None:
+def header_ms(request: Any, name: str) -> int | None:
     """A time header of the current dispatch (see ``dispatch_headers``), or None."""
     value = getattr(request, name, None)
     if value is None:
@@ -105,7 +105,7 @@ def _header_ms(request: Any, name: str) -> int | None:
 
 
 def _since_ms(request: Any, name: str, now_ms: int) -> int | None:
-    then = _header_ms(request, name)
+    then = header_ms(request, name)
     return None if then is None else now_ms - then
 
 
@@ -129,7 +129,7 @@ def run_job(
     """Run one dispatch of a job: skip it when its token is stale, ack it when ``call``
     returns, record the failure (retry or dead) when it raises, and re-raise."""
     queue, job_id, token = dispatch
-    if not _valid_dispatch(queue, job_id, token):
+    if not valid_dispatch(queue, job_id, token):
         logger.warning("not a delayqueue dispatch (headers %r), not run", (queue, job_id, token))
         return None
     keys = queue_keys(queue)
@@ -186,11 +186,10 @@ def run_job(
     return result
 
 
-def _record_failure(
+def failure_call(
     keys: QueueKeys, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
-) -> tuple[transitions.FailOutcome | None, str]:
-    """Record a failed attempt: (the fail script's outcome, or None when it could not be
-    recorded; the error's summary)."""
+) -> tuple[transitions.ScriptCall[transitions.FailOutcome], str]:
+    """The fail call that records a failed attempt, and the error's summary."""
     config = get_settings()
     error = utf8_safe(describe_exception(exc, 2000))
     try:
@@ -208,6 +207,15 @@ def _record_failure(
         max_attempts=config.max_attempts,
         dead_max=config.dead_max,
     )
+    return call, error
+
+
+def _record_failure(
+    keys: QueueKeys, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
+) -> tuple[transitions.FailOutcome | None, str]:
+    """Record a failed attempt: (the fail script's outcome, or None when it could not be
+    recorded; the error's summary)."""
+    call, error = failure_call(keys, job_id, token, attempt, exc, backoff)
     try:
         return run(call), error
     except DelayQueueError:
@@ -235,7 +243,7 @@ def utf8_safe(text: str) -> str:
     return text
 
 
-def _valid_dispatch(queue: str, job_id: str, token: str) -> bool:
+def valid_dispatch(queue: str, job_id: str, token: str) -> bool:
     """Whether message headers name a queue, a job id and a fencing token delayqueue could
     have written (a message from elsewhere must not reach Redis as a key or argument)."""
     return (

@@ -37,6 +37,37 @@ def slow(tag: str, seconds: float) -> None:
     _report("slow", tag)
 
 
+@delayed_task(queue="tests", max_attempts=3, backoff=0.05, batch=5)
+def batched(tag: str) -> str:
+    """Handed to Celery 5 jobs to a message; a tag starting with "fail" raises."""
+    _report("batched", tag)
+    if tag.startswith("fail"):
+        raise ValueError(f"boom {tag}")
+    return tag
+
+
+@delayed_task(queue="tests", batch=1)
+def unbatched(tag: str) -> None:
+    _report("unbatched", tag)
+
+
+@delayed_task(queue="tests", time_limit=60)
+def limited(tag: str) -> None:
+    _report("limited", tag)
+
+
+@delayed_task(queue="tests", batch=10, bind=True)
+def deadline_probe(self: object, tag: str, seconds: float) -> None:
+    """Reports how long its job has left in flight before it is reaped, then sleeps."""
+    from delayqueue.engine.keys import queue_keys
+
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    job_id = self.request.dq_id  # type: ignore[attr-defined]
+    score = client.zscore(queue_keys("tests").inflight, job_id)
+    _report("deadline", f"{tag} {(score or 0) / 1000 - time.time():.3f}")
+    time.sleep(seconds)
+
+
 @shared_task(name="tests.jobs.plain")
 def plain(tag: str) -> None:
     """A Celery task not made by @delayed_task: scheduled with delayqueue.enqueue()."""

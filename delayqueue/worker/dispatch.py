@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 
 from delayqueue import events
+from delayqueue.batches import HEADER_BATCH, RUN_BATCH, BatchJob
 from delayqueue.decorator import DelayedTask
 from delayqueue.engine import transitions
 from delayqueue.engine.clients import get_raw_redis, get_redis
@@ -55,6 +58,48 @@ class Claimed:
         return self.claimed_ms - self.due_ms
 
 
+@dataclass
+class Send:
+    """One Celery message and the jobs it carries (one, or a batch's)."""
+
+    jobs: list[Claimed]
+    message: TaskMessage
+
+
+AUTO_BATCH_FROM = 64  # jobs of one task in one pass before an automatic batch is made
+AUTO_BATCH_SIZE = 32  # jobs per automatic batch message
+
+
+def batch_size(target: Task[Any, Any], claimed: int) -> int:
+    """Jobs per message for ``target``, of which ``claimed`` were claimed in this pass.
+
+    ``@delayed_task(batch=N)``: N (1: never batched). Left unset ("auto"): batches of
+    AUTO_BATCH_SIZE under a backlog (AUTO_BATCH_FROM jobs of the task in one pass), unless
+    the task sets a Celery time or rate limit, which a batch could not honour per job."""
+    if not isinstance(target, DelayedTask):
+        return 1
+    if target.dq_batch is not None:
+        return target.dq_batch
+    if claimed < AUTO_BATCH_FROM or _has_limits(target):
+        return 1
+    return AUTO_BATCH_SIZE
+
+
+def _has_limits(target: Task[Any, Any]) -> bool:
+    conf = target.app.conf
+    return any(
+        value is not None
+        for value in (
+            target.time_limit,
+            target.soft_time_limit,
+            target.rate_limit,
+            conf.task_time_limit,
+            conf.task_soft_time_limit,
+            conf.task_default_rate_limit,
+        )
+    )
+
+
 class Dispatcher:
     """Publishes claimed jobs with the app's publisher (see publishers.py) and counts them."""
 
@@ -69,29 +114,41 @@ class Dispatcher:
 
     def dispatch(self, jobs: list[Claimed]) -> None:
         """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
-        refuses, the jobs not yet published go back to scheduled with a backoff."""
-        sendable: list[Claimed] = []
-        messages: list[TaskMessage] = []
+        refuses, the jobs not yet published go back to scheduled with a backoff. Jobs of a
+        task that takes batches (``batch_size``) go several to a message."""
+        sends: list[Send] = []
+        batches: dict[tuple[str, str], list[tuple[Claimed, list[Any], dict[str, Any]]]] = {}
+        counts = Counter(job.task for job in jobs)
         for job in jobs:
             try:
-                message = self._message(job)
+                args, kwargs, target = self._decode(job)
+                size = batch_size(target, counts[job.task])
+                if size > 1:
+                    pending = batches.setdefault((job.queue, job.task), [])
+                    pending.append((job, args, kwargs))
+                    if len(pending) >= size:
+                        sends.append(self._batch(batches.pop((job.queue, job.task))))
+                    continue
+                sends.append(Send([job], self._message(job, args, kwargs, target)))
             except CorruptJob as exc:
                 bury(job.queue, job.id, f"corrupt job data: {exc}", job.task, job.attempt)
-                continue
             except Exception as exc:  # whatever one job's data does, it is that job's problem
                 reason = f"cannot build its Celery message: {describe(exc)}"
                 bury(job.queue, job.id, reason, job.task, job.attempt)
-                continue
-            messages.append(message)
-            sendable.append(job)
-        if messages:
-            self._publish(sendable, messages)
+        sends += [self._batch(pending) for pending in batches.values()]
+        if sends:
+            self._publish(sends)
 
-    def _message(self, job: Claimed) -> TaskMessage:
+    def _decode(self, job: Claimed) -> tuple[list[Any], dict[str, Any], Task[Any, Any]]:
         args, kwargs = decode_args(job.args_json, job.kwargs_json)
         target = self.app.tasks.get(job.task)
         if target is None:
             raise CorruptJob(f"unknown task {job.task!r}: no Celery task has this name")
+        return args, kwargs, target
+
+    def _message(
+        self, job: Claimed, args: list[Any], kwargs: dict[str, Any], target: Task[Any, Any]
+    ) -> TaskMessage:
         headers = {HEADER_QUEUE: job.queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
         if job.claimed_ms is not None:
             headers[HEADER_CLAIMED] = str(job.claimed_ms)
@@ -101,36 +158,74 @@ class Dispatcher:
             return TaskMessage(job.task, args, kwargs, headers, job.task)
         return TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
 
-    def _publish(self, jobs: list[Claimed], messages: list[TaskMessage]) -> bool:
-        """Publish a batch; False when the broker refused it (the jobs not published go back
+    @staticmethod
+    def _batch(pending: list[tuple[Claimed, list[Any], dict[str, Any]]]) -> Send:
+        """One message for several jobs of one task on one queue (delayqueue/batches.py)."""
+        first = pending[0][0]
+        entries = [
+            BatchJob(job.id, job.token, args, kwargs, job.due_ms).entry()
+            for job, args, kwargs in pending
+        ]
+        headers = {HEADER_BATCH: str(len(entries))}
+        if first.claimed_ms is not None:
+            headers[HEADER_CLAIMED] = str(first.claimed_ms)
+        message = TaskMessage(
+            RUN_BATCH, [first.queue, first.task, entries], {}, headers, first.task
+        )
+        return Send([job for job, _, _ in pending], message)
+
+    def _publish(self, sends: list[Send]) -> bool:
+        """Publish messages; False when the broker refused (the jobs not published go back
         to scheduled). A message the publisher cannot encode or route buries its own job
-        (found by publishing the batch one message at a time), not the batch."""
+        (found by publishing one message at a time; a batch's jobs one by one), not the
+        rest."""
         try:
-            self.publisher.publish(messages)
+            self.publisher.publish([send.message for send in sends])
         except PublishError as exc:
-            self.dispatched += exc.published
-            _dispatched(jobs[: exc.published])
-            self._broker_outage(jobs[exc.published :], exc.cause)
+            went = [job for send in sends[: exc.published] for job in send.jobs]
+            self.dispatched += len(went)
+            _dispatched(went)
+            self._broker_outage(
+                [job for send in sends[exc.published :] for job in send.jobs], exc.cause
+            )
             return False
         except Exception:
-            if len(messages) == 1:
-                bury(
-                    jobs[0].queue,
-                    jobs[0].id,
-                    f"cannot publish its Celery message: {describe_current()}",
-                    jobs[0].task,
-                    jobs[0].attempt,
-                )
+            if len(sends) == 1 and len(sends[0].jobs) == 1:
+                job = sends[0].jobs[0]
+                reason = f"cannot publish its Celery message: {describe_current()}"
+                bury(job.queue, job.id, reason, job.task, job.attempt)
                 return True
-            for index, (job, message) in enumerate(zip(jobs, messages, strict=True)):
-                if not self._publish([job], [message]):
-                    self._broker_outage(jobs[index + 1 :], RuntimeError("broker unavailable"))
+            singles = [one for send in sends for one in self._singles(send)]
+            for index, send in enumerate(singles):
+                if not self._publish([send]):
+                    rest = [job for later in singles[index + 1 :] for job in later.jobs]
+                    self._broker_outage(rest, RuntimeError("broker unavailable"))
                     return False
             return True
-        self.dispatched += len(messages)
+        went = [job for send in sends for job in send.jobs]
+        self.dispatched += len(went)
         self.outage_backoff = 0.0
-        _dispatched(jobs)
+        _dispatched(went)
         return True
+
+    def _singles(self, send: Send) -> list[Send]:
+        """``send`` as messages of one job each (a batch's jobs as their own messages)."""
+        if len(send.jobs) == 1 and send.message.name != RUN_BATCH:
+            return [send]
+        singles = []
+        for job in send.jobs:
+            try:
+                args, kwargs, target = self._decode(job)
+                singles.append(Send([job], self._message(job, args, kwargs, target)))
+            except Exception:
+                bury(
+                    job.queue,
+                    job.id,
+                    f"cannot build its Celery message: {describe_current()}",
+                    job.task,
+                    job.attempt,
+                )
+        return singles
 
     def _broker_outage(self, jobs: list[Claimed], exc: BaseException) -> None:
         self.outage_backoff = min(30.0, max(1.0, self.outage_backoff * 2))

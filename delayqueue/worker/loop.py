@@ -61,6 +61,9 @@ class PassResult:
     wake_at: float = 0.0  # the next due time or deadline as a time.monotonic()
 
 
+FIRST_CLAIM = 16  # jobs claimed per queue by the first pass after a wait
+
+
 class DelayWorker:
     def __init__(
         self,
@@ -90,6 +93,9 @@ class DelayWorker:
         self._pubsub: PubSub | None = None
         self._subscribed: set[str] = set()
         self.clock = RedisClock()
+        # Jobs a pass claims per queue: the batch size, or FIRST_CLAIM for the pass after a
+        # wait (``run`` sets it), so the first jobs of a burst leave before the rest is claimed.
+        self.claim_limit = self.batch_size
         # queue -> (its next in-flight deadline as a time.monotonic(), when it was last reaped)
         self._reap_state: dict[str, tuple[float, float]] = {}
         self.health_file = Path(health_file) if health_file is not None else None
@@ -119,6 +125,7 @@ class DelayWorker:
                     self._sleep(1.0)
                     continue
                 self._touch_health()
+                self.claim_limit = self.batch_size if result.full else FIRST_CLAIM
                 if once:
                     if not result.full:
                         break
@@ -199,7 +206,7 @@ class DelayWorker:
             if reaping:
                 calls.append(transitions.reap(keys, limit=self.batch_size, max_attempts=attempts))
             calls.append(
-                transitions.claim(keys, limit=self.batch_size, visibility_ms=self.visibility_ms)
+                transitions.claim(keys, limit=self.claim_limit, visibility_ms=self.visibility_ms)
             )
             plan.append((queue, reaping, calls))
         return plan
@@ -216,7 +223,7 @@ class DelayWorker:
         """Learn from one queue's claim reply: Redis's clock, whether the batch was full, when
         the queue next needs the worker (due time, in-flight deadline). Returns those points."""
         self.clock.observe(claim.now_ms, replied)
-        result.full = result.full or len(claim.jobs) >= self.batch_size
+        result.full = result.full or len(claim.jobs) >= self.claim_limit
         points = [
             (point, claim.now_ms)
             for point in (claim.next_due_ms, claim.next_deadline_ms)

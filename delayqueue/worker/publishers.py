@@ -32,6 +32,8 @@ from kombu import Connection
 from kombu.entity import maybe_delivery_mode
 from kombu.exceptions import OperationalError
 
+from delayqueue.batches import RUN_BATCH
+
 logger = logging.getLogger(__name__)
 
 DISPATCH_MODES = ("auto", "send_task")
@@ -264,8 +266,11 @@ class RedisListPublisher:
     def _route(
         self, name: str, route_name: str, args: list[Any], kwargs: dict[str, Any]
     ) -> _Route | None:
-        """send_task's routing: the task's own options, then the app's router."""
-        task: Any = self.app.tasks.get(name)
+        """send_task's routing: the task's own options, then the app's router. A batch
+        message goes where its task's messages go, without the task's time limits (they
+        are a job's, not a batch's)."""
+        batch = name == RUN_BATCH
+        task: Any = self.app.tasks.get(route_name if batch else name)
         options: dict[str, Any] = {}
         if task is not None:
             exec_options = task._get_exec_options()
@@ -273,6 +278,8 @@ class RedisListPublisher:
         # send_task takes these three out before routing: they become headers.
         time_limit = options.pop("time_limit", None)
         soft_time_limit = options.pop("soft_time_limit", None)
+        if batch:
+            time_limit = soft_time_limit = None
         if options.pop("expires", None) is not None:
             return None
         options = self.app.amqp.router.route(options, route_name or name, tuple(args), kwargs, task)

@@ -1,0 +1,205 @@
+"""The batched hand-off, Celery side: several due jobs of one task in one Celery message,
+run one after another in one pool process.
+
+Each job is still begun, acked, retried or buried on its own, under its own fencing token;
+the round trips are shared: one to begin every job of the batch, one to settle (ack or
+fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
+
+- Celery sees one task, ``delayqueue.run_batch``: its signals, time limits, rate limit and
+  Flower's rows are the batch's, not each job's (delayqueue's own signals and log lines
+  are still per job).
+- A crash or a hard time limit mid-batch leaves the jobs it began in flight; they are
+  reaped after their visibility timeout and run again (at least once, as for one job whose
+  ack was lost). Jobs settled so far stay settled.
+- A batch that runs for half the visibility timeout settles what ran and begins the rest
+  again, so a long batch never lets its later jobs be reaped while it still holds them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from delayqueue import events, signals
+from delayqueue.conf import get_settings
+from delayqueue.engine import transitions
+from delayqueue.engine.execution import run_many
+from delayqueue.engine.keys import QueueKeys, queue_keys
+from delayqueue.errors import DelayQueueError
+from delayqueue.runner import Backoff, failure_call, valid_dispatch
+
+logger = logging.getLogger(__name__)
+
+RUN_BATCH = "delayqueue.run_batch"
+HEADER_BATCH = "dq_batch"  # on a batch message: its job count (for Flower and logs)
+
+
+@dataclass
+class BatchJob:
+    """One job of a batch message: ``[id, token, args, kwargs, due ms or None]``."""
+
+    id: str
+    token: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    due_ms: int | None
+    attempt: int = 0
+
+    @classmethod
+    def parse(cls, entry: Any) -> BatchJob | None:
+        if not (isinstance(entry, list | tuple) and len(entry) == 5):
+            return None
+        job_id, token, args, kwargs, due = entry
+        if not (isinstance(job_id, str) and isinstance(token, str)):
+            return None
+        if not (isinstance(args, list) and isinstance(kwargs, dict)):
+            return None
+        return cls(job_id, token, args, kwargs, due if isinstance(due, int) else None)
+
+    def entry(self) -> list[Any]:
+        return [self.id, self.token, self.args, self.kwargs, self.due_ms]
+
+
+@dataclass
+class _Settle:
+    """The calls that settle what ran, sent in one round trip, and what to report then."""
+
+    calls: list[transitions.ScriptCall[Any]] = field(default_factory=list)
+    reports: list[Callable[[Any], None]] = field(default_factory=list)
+
+    def add(self, call: transitions.ScriptCall[Any], report: Callable[[Any], None]) -> None:
+        self.calls.append(call)
+        self.reports.append(report)
+
+    def send(self) -> None:
+        if not self.calls:
+            return
+        try:
+            replies = run_many(self.calls)
+        except DelayQueueError as exc:
+            # Not raised: the jobs ran. They stay in flight and are reaped and run again
+            # after their visibility timeout (at least once).
+            logger.error("a batch's %s results could not be recorded (%s)", len(self.calls), exc)
+            replies = [exc] * len(self.calls)
+        for report, reply in zip(self.reports, replies, strict=True):
+            report(reply)
+        self.calls, self.reports = [], []
+
+
+def run_batch(
+    call: Callable[[BatchJob], Any],
+    queue: str,
+    task: str,
+    entries: Any,
+    *,
+    claimed_ms: int | None = None,
+    backoff: Backoff | None = None,
+) -> int:
+    """Run the jobs of one batch message, each with ``call(job)`` (which runs the task's
+    function on its arguments); how many succeeded. A job's exception is recorded (retry
+    or dead) and the batch goes on."""
+    jobs = [BatchJob.parse(entry) for entry in entries]
+    valid = [j for j in jobs if j is not None and valid_dispatch(queue, j.id, j.token)]
+    if len(valid) != len(entries):
+        logger.warning(
+            "batch of %s on %s: %s entries are not delayqueue dispatches, not run",
+            task,
+            queue,
+            len(entries) - len(valid),
+        )
+    if not valid:
+        return 0
+    keys = queue_keys(queue)
+    visibility_ms = int(get_settings().visibility_timeout * 1000)
+    pending = deque(_begin(keys, queue, valid, visibility_ms))
+    begun_at = time.monotonic()
+    settle = _Settle()
+    succeeded = 0
+    while pending:
+        if time.monotonic() - begun_at > visibility_ms / 2000:
+            settle.send()
+            pending = deque(_begin(keys, queue, list(pending), visibility_ms))
+            begun_at = time.monotonic()
+            continue
+        job = pending.popleft()
+        succeeded += _run_one(call, keys, queue, task, job, settle, backoff, claimed_ms)
+    settle.send()
+    return succeeded
+
+
+def _begin(keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int) -> list[BatchJob]:
+    """Begin every job in one round trip; the jobs this dispatch may run."""
+    calls = [transitions.begin(keys, j.id, j.token, visibility_ms=visibility_ms) for j in jobs]
+    try:
+        replies = run_many(calls)
+    except DelayQueueError as exc:
+        logger.error(
+            "batch of %s jobs on %s not run: no start recorded (%s)", len(jobs), queue, exc
+        )
+        return []
+    runnable = []
+    for job, began in zip(jobs, replies, strict=True):
+        if isinstance(began, DelayQueueError):
+            logger.error(
+                "job %s on %s not run: its start was not recorded (%s)", job.id, queue, began
+            )
+        elif not began.run:
+            logger.warning(
+                "job %s on %s: stale dispatch (token %s), not run", job.id, queue, job.token
+            )
+        else:
+            job.attempt = began.attempt
+            runnable.append(job)
+    return runnable
+
+
+def _run_one(
+    call: Callable[[BatchJob], Any],
+    keys: QueueKeys,
+    queue: str,
+    task: str,
+    job: BatchJob,
+    settle: _Settle,
+    backoff: Backoff | None,
+    claimed_ms: int | None,
+) -> int:
+    if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
+        now_ms = time.time_ns() // 1_000_000
+        events.started(
+            queue,
+            job.id,
+            task,
+            job.attempt,
+            None if job.due_ms is None else now_ms - job.due_ms,
+            None if claimed_ms is None else now_ms - claimed_ms,
+        )
+    began = time.monotonic()
+    try:
+        call(job)
+    except Exception as exc:
+        runtime = time.monotonic() - began
+        fail, error = failure_call(keys, job.id, job.token, job.attempt, exc, backoff)
+        raised = exc  # ``exc`` is unbound after the except block
+
+        def failed(outcome: Any) -> None:
+            known = None if isinstance(outcome, DelayQueueError) else outcome
+            events.failed(queue, job.id, task, job.attempt, runtime, raised, known, error)
+            if known == "dead":
+                events.dead(
+                    signals.SENDER_CELERY_WORKER, queue, job.id, error, "failed", task, job.attempt
+                )
+
+        settle.add(fail, failed)
+        return 0
+    runtime = time.monotonic() - began
+
+    def acked(reply: Any) -> None:
+        if not isinstance(reply, DelayQueueError):
+            events.succeeded(queue, job.id, task, job.attempt, runtime, bool(reply))
+
+    settle.add(transitions.ack(keys, job.id, job.token), acked)
+    return 1
