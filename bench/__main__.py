@@ -1,6 +1,6 @@
 """``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...] [--aof]
-[--celery-pool prefork --celery-concurrency 2 --celery-prefetch 16
---celery-ack-emulation off]``"""
+[--celery-pool prefork --celery-concurrency 2 --celery-prefetch 4
+--celery-ack-emulation on]`` (Celery's defaults)"""
 
 from __future__ import annotations
 
@@ -20,18 +20,20 @@ if TYPE_CHECKING:
     from bench.report import Figure
     from bench.throughput import Sizes
 
-SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "memory", "scale")
+SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "memory", "scale")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]:
-    from bench import throughput, timing
+    from bench import bursts, throughput, timing
 
     return {
         "enqueue": throughput.enqueue,
         "claim": throughput.claim,
         "dispatch": timing.dispatch,
         "lateness": timing.lateness,
+        "burst": bursts.burst,
+        "spread": bursts.spread,
         "memory": throughput.memory,
         "scale": throughput.scale,
     }

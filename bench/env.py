@@ -40,17 +40,18 @@ class CeleryConfig:
     options ``bench.settings`` reads from the environment (the worker, the delay workers'
     publisher and the Celery baselines all use them).
 
-    The default is the configuration the README recommends for delayqueue's tasks: kombu's
-    Redis ack emulation off. delayqueue re-dispatches a job whose message a killed worker
+    The default is Celery's own: prefork, 2 processes (this machine's cores), prefetch
+    multiplier 4, kombu's Redis ack emulation on. The README's tuning for delayqueue's tasks
+    turns ack emulation off: delayqueue re-dispatches a job whose message a killed worker
     took with it (its visibility deadline), so the broker's own bookkeeping of unacked
     messages (two blocking round trips per message in the Celery main process: a copy of the
     message into the ``unacked`` hash on delivery, its removal at the ack) buys it nothing.
-    The Celery eta baseline runs on the same worker."""
+    The Celery baselines run on the same worker."""
 
     pool: str = "prefork"
     concurrency: int = 2
-    prefetch_multiplier: int = 16
-    ack_emulation: bool = False
+    prefetch_multiplier: int = 4
+    ack_emulation: bool = True
 
     def args(self) -> list[str]:
         return ["-P", self.pool, "-c", str(self.concurrency),
@@ -103,6 +104,17 @@ class BenchEnv:
         return int(self.client().info("memory")["used_memory"])
 
     # ---- children --------------------------------------------------------------------
+
+    def use_celery(self, config: CeleryConfig) -> Process:
+        """The Celery worker (and the delay workers started from now on) with ``config``:
+        the running worker is stopped when it has another."""
+        if config != self.celery_config:
+            if self.celery is not None:
+                self.celery.stop()
+                self.celery = None
+            self.celery_config = config
+            os.environ.update(config.environ())
+        return self.start_celery()
 
     def start_celery(self) -> Process:
         """The Celery worker on the default queue, as ``celery_config`` says; ready once it

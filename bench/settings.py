@@ -8,10 +8,10 @@ from tests.settings import *  # noqa: F403
 CELERY_IMPORTS = ["tests.jobs", "bench.tasks"]
 # Jobs dispatched with no Celery worker consuming them wait in a queue of their own.
 CELERY_TASK_ROUTES = {"bench.tasks.sink": {"queue": "bench-sink"}}
-CELERY_WORKER_PREFETCH_MULTIPLIER = 16  # the worker's --prefetch-multiplier overrides it
+CELERY_WORKER_PREFETCH_MULTIPLIER = 4  # Celery's default; the worker's flag overrides it
 # kombu's Redis ack emulation (bench.env.CeleryConfig; the README's "Tuning the Celery worker")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "ack_emulation": os.environ.get("BENCH_CELERY_ACK_EMULATION", "0") == "1"
+    "ack_emulation": os.environ.get("BENCH_CELERY_ACK_EMULATION", "1") == "1"
 }
 DELAYQUEUE = {"REDIS_URL": os.environ["REDIS_URL"], "SAFETY_POLL": 5.0}
 if "BENCH_DISPATCH_MODE" in os.environ:  # the send_task baseline of the dispatch scenario

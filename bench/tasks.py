@@ -32,6 +32,13 @@ def stamp(due_ms: int) -> None:
     client().rpush(LATENESS, f"{due_ms} {started_ms:.3f}")
 
 
+@delayed_task(queue="bench", batch=1)
+def stamp_single(due_ms: int) -> None:
+    """``stamp``, never batched: one Celery message per job."""
+    started_ms = time.time() * 1000
+    client().rpush(LATENESS, f"{due_ms} {started_ms:.3f}")
+
+
 @delayed_task(queue="bench")
 def noop(n: int) -> None:
     """Count a run (dispatch end to end); the job's payload is one int."""

@@ -25,8 +25,10 @@ class Sizes:
     dispatch: int = 20_000
     dispatch_workers: tuple[int, ...] = (1, 2, 4)
     end_to_end: int = 5_000
-    late_rates: tuple[int, ...] = (250, 1_000)  # jobs/s arriving
-    late_seconds: float = 20.0
+    late_rates: tuple[int, ...] = (50, 1_000)  # jobs/s arriving (50/s: light load)
+    late_seconds: float = 10.0
+    burst: int = 20_000  # jobs due at one instant (burst), or over spread_s (spread)
+    spread_s: tuple[float, float] = (4.0, 15.0)
     late_delays: tuple[float, float] = (1.0, 10.0)
     memory: int = 100_000
     memory_celery: int = 10_000
@@ -37,6 +39,7 @@ class Sizes:
 SMOKE = Sizes(
     enqueue=300, many=2_000, claim=2_000, dispatch=600, dispatch_workers=(1, 2),
     end_to_end=200, late_rates=(200,), late_seconds=1.0, late_delays=(0.2, 1.0),
+    burst=300, spread_s=(1.0, 2.0),
     memory=1_000, memory_celery=200, scale=(1_000, 20_000), scale_probe=300,
 )  # fmt: skip
 

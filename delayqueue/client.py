@@ -211,7 +211,9 @@ def _apply_reply(job: Job, reply: transitions.Enqueued) -> None:
 BATCH = 500  # jobs per enqueue call
 
 
-def _write(specs: list[JobSpec]) -> None:
+def _write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
+    """Write jobs: one on the direct connection, more in one round trip (their lines at
+    ``each_level``, with one line per batch when that is DEBUG)."""
     with redis_errors():
         for queue in {s.job.queue for s in specs}:
             remember_queue(queue)
@@ -229,15 +231,16 @@ def _write(specs: list[JobSpec]) -> None:
         for start in range(0, len(group), BATCH)
     ]
     replies = run_all([_enqueue_call(chunk) for chunk in chunks])
-    each = events.scheduled_wanted(events.DEBUG)  # a line or a signal per job
+    each = events.scheduled_wanted(each_level)  # a line or a signal per job
     for chunk, reply in zip(chunks, replies, strict=True):
         outcomes: dict[str, int] = {}
         for s, one in zip(chunk, reply, strict=True):
             _apply_reply(s.job, one)
             if each:
-                _scheduled(s.job, one, events.DEBUG)
+                _scheduled(s.job, one, each_level)
             outcomes[one.outcome] = outcomes.get(one.outcome, 0) + 1
-        events.scheduled_batch(chunk[0].job.queue, outcomes)
+        if each_level == events.DEBUG:
+            events.scheduled_batch(chunk[0].job.queue, outcomes)
 
 
 def _scheduled(job: Job, reply: transitions.Enqueued, level: int = events.INFO) -> None:
@@ -256,10 +259,38 @@ def _enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitio
 
 def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
     # Outside atomic() there is nothing to wait for (and no need to touch the database).
-    if on_commit and transaction.get_connection(using).in_atomic_block:
-        transaction.on_commit(lambda: _write(specs), using=using)
-    else:
-        _write(specs)
+    if on_commit:
+        connection = transaction.get_connection(using)
+        if connection.in_atomic_block:
+            _at_commit(connection, using).specs += specs
+            return
+    _write(specs)
+
+
+class _AtCommit:
+    """The jobs one transaction schedules one after another, written in one round trip when
+    it commits (``delay_for`` called ten times in a view: one write, not ten)."""
+
+    def __init__(self) -> None:
+        self.specs: list[JobSpec] = []
+
+    def __call__(self) -> None:
+        _write(self.specs, events.INFO)
+
+
+def _at_commit(connection: Any, using: str | None) -> _AtCommit:
+    """The pending write of the transaction's last on_commit callback when it is ours and
+    was registered under the same savepoints (so a savepoint rollback discards its jobs
+    with the savepoint's, and no callback of the caller's moves before or after a job);
+    else a new one."""
+    hooks = getattr(connection, "run_on_commit", None)  # [(savepoint ids, callback, robust)]
+    if hooks:
+        savepoints, callback = hooks[-1][0], hooks[-1][1]
+        if isinstance(callback, _AtCommit) and savepoints == set(connection.savepoint_ids):
+            return callback
+    pending = _AtCommit()
+    transaction.on_commit(pending, using=using)
+    return pending
 
 
 def enqueue(

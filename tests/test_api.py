@@ -135,6 +135,52 @@ def test_on_commit_writes_after_commit_and_never_on_rollback(r: redis.Redis) -> 
     assert rolled_back.state == "pending" and r.zcard(SCHEDULED) == 1
 
 
+def _script_calls(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(
+        int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval")
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_of_one_transaction_are_written_in_one_round_trip_at_commit(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs.record.delay_for("warm", seconds=60, on_commit=False)  # scripts loaded, queue known
+    before = _script_calls(r)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="delayqueue.jobs"), transaction.atomic():
+        made = [jobs.record.delay_for(f"t{i}", seconds=60) for i in range(5)]
+        made += jobs.record.delay_many([("m1",), ("m2",)], seconds=60)
+        made.append(jobs.record.delay_for("keyed", seconds=60, key="k1"))
+        assert r.zcard(SCHEDULED) == 1 and _script_calls(r) == before
+    assert _script_calls(r) == before + 1  # one EVALSHA of 8 jobs, in one round trip
+    assert all(job.state == "scheduled" for job in made)
+    assert {r.zscore(SCHEDULED, job.id) is not None for job in made} == {True}
+    scheduled = [rec for rec in caplog.records if getattr(rec, "transition", "") == "scheduled"]
+    assert sorted(rec.job_id for rec in scheduled) == sorted(j.id for j in made)  # type: ignore[attr-defined]
+    assert {rec.levelname for rec in scheduled} == {"INFO"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_savepoint_rollback_drops_its_jobs_and_callbacks_keep_their_order(
+    r: redis.Redis,
+) -> None:
+    seen: list[int] = []
+    with transaction.atomic():
+        kept = jobs.record.delay_for("kept", seconds=60)
+        transaction.on_commit(lambda: seen.append(int(r.zcard(SCHEDULED))))
+        later = jobs.record.delay_for("later", seconds=60)
+        with pytest.raises(RuntimeError), transaction.atomic():
+            dropped = jobs.record.delay_for("dropped", seconds=60)
+            raise RuntimeError("savepoint rollback")
+        last = jobs.record.delay_for("last", seconds=60)
+    assert seen == [1]  # the caller's callback ran after "kept" was written, before "later"
+    assert r.zscore(SCHEDULED, kept.id) is not None and r.zscore(SCHEDULED, later.id) is not None
+    assert r.zscore(SCHEDULED, last.id) is not None
+    assert dropped.state == "pending" and r.zscore(SCHEDULED, dropped.id) is None
+
+
 def test_outside_a_transaction_the_write_is_immediate(r: redis.Redis) -> None:
     job = jobs.record.delay_for("a", seconds=60)
     assert job.state == "scheduled" and r.zcard(SCHEDULED) == 1
