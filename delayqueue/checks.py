@@ -6,13 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS
-from delayqueue.engine.clients import client_from_url
+from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS, with_fallbacks
+from delayqueue.engine.clients import client_from_url, is_sentinel_url, parse_sentinel_url
 from delayqueue.errors import InvalidOption
-from delayqueue.validators import SETTING_VALIDATORS
+from delayqueue.redaction import redact_url
+from delayqueue.validators import (
+    SETTING_VALIDATORS,
+    check_sentinel_kwargs,
+    check_sentinel_master,
+)
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -68,16 +74,20 @@ def check_redis_url(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
                 id="delayqueue.W001",
             )
         ]
-    if not str(url).startswith(REDIS_SCHEMES):
+    if not str(url).startswith(REDIS_SCHEMES) and not is_sentinel_url(url):
         return [
             Error(
-                f"DELAYQUEUE['REDIS_URL'] {url!r} is not a Redis URL.",
-                hint="Use redis://host:port/db, rediss:// for TLS or unix:///path.",
+                f"DELAYQUEUE['REDIS_URL'] {redact_url(str(url))!r} is not a Redis URL.",
+                hint="Use redis://host:port/db, rediss:// for TLS, unix:///path, or "
+                "sentinel://host:26379;sentinel://host2:26379/db for Redis Sentinel.",
                 id="delayqueue.E003",
             )
         ]
+    sentinel = _sentinel_settings(config)
+    if sentinel is not None and not _sentinel_usable(str(url), sentinel):
+        return []  # E008-E010 say what is wrong
     try:
-        client_from_url(str(url))
+        client_from_url(str(url), **(sentinel or {})).close()
     except InvalidOption as exc:
         return [
             Error(
@@ -158,3 +168,109 @@ def check_sleep_and_visibility(app_configs: Any = None, **kwargs: Any) -> list[C
             )
         )
     return messages
+
+
+# ---- Redis Sentinel ------------------------------------------------------------------------
+
+
+def _sentinel_settings(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The effective Sentinel settings (with Celery's broker options as fallbacks) when the
+    effective REDIS_URL is a sentinel:// URL; None otherwise."""
+    effective = with_fallbacks(config)
+    if not is_sentinel_url(effective["REDIS_URL"]):
+        return None
+    return {
+        "sentinel_master": effective["SENTINEL_MASTER"],
+        "sentinel_kwargs": effective["SENTINEL_KWARGS"],
+    }
+
+
+def _sentinel_usable(url: str, sentinel: dict[str, Any]) -> bool:
+    try:
+        parse_sentinel_url(url)
+        check_sentinel_master(sentinel["sentinel_master"])
+        redis.Redis(**check_sentinel_kwargs(sentinel["sentinel_kwargs"])).close()
+    except (InvalidOption, TypeError, ValueError):
+        return False
+    return True
+
+
+@register()
+def check_sentinel_master_name(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    config = _given()
+    sentinel = _sentinel_settings(config) if config is not None else None
+    if sentinel is None:
+        return []
+    try:
+        check_sentinel_master(sentinel["sentinel_master"])
+    except InvalidOption as exc:
+        return [
+            Error(
+                f"DELAYQUEUE['REDIS_URL'] is a Sentinel URL and {exc}.",
+                hint="Set DELAYQUEUE['SENTINEL_MASTER'] to the name in the sentinels' "
+                "'sentinel monitor <name> ...' line (kombu's master_name).",
+                id="delayqueue.E008",
+            )
+        ]
+    return []
+
+
+@register()
+def check_sentinel_url(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    config = _given()
+    if config is None:
+        return []
+    url = with_fallbacks(config)["REDIS_URL"]
+    if not is_sentinel_url(url):
+        return []
+    try:
+        parse_sentinel_url(str(url))
+    except InvalidOption as exc:
+        return [
+            Error(
+                f"DELAYQUEUE['REDIS_URL']: {exc}.",
+                hint="One sentinel://[:password@]host[:26379] per sentinel, joined by ';', "
+                "the database once at the end: sentinel://h1:26379;sentinel://h2:26379/0.",
+                id="delayqueue.E009",
+            )
+        ]
+    return []
+
+
+@register()
+def check_sentinel_options(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    config = _given()
+    sentinel = _sentinel_settings(config) if config is not None else None
+    if sentinel is None:
+        return []
+    try:
+        options = check_sentinel_kwargs(sentinel["sentinel_kwargs"])
+        redis.Redis(**options).close()  # an unknown option is a TypeError; nothing connects
+    except (InvalidOption, TypeError, ValueError) as exc:
+        return [
+            Error(
+                f"DELAYQUEUE['SENTINEL_KWARGS'] is not usable: {exc}.",
+                hint="redis-py connection options for the sentinels themselves, e.g. "
+                "{'password': ..., 'socket_timeout': 1} (kombu's sentinel_kwargs).",
+                id="delayqueue.E010",
+            )
+        ]
+    return []
+
+
+@register()
+def check_sentinel_settings_used(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    config = _given()
+    if config is None or _sentinel_settings(config) is not None:
+        return []
+    given = [name for name in ("SENTINEL_MASTER", "SENTINEL_KWARGS") if config[name] is not None]
+    if not given:
+        return []
+    return [
+        Warning(
+            f"DELAYQUEUE sets {' and '.join(given)} but REDIS_URL is not a sentinel:// URL; "
+            "they are ignored.",
+            hint="For Redis Sentinel: REDIS_URL = 'sentinel://h1:26379;sentinel://h2:26379/0'.",
+            id="delayqueue.W003",
+        )
+    ]

@@ -70,7 +70,7 @@ SETTINGS_READ = ("DELAYQUEUE", "CELERY_BROKER_URL", "CELERY_BROKER_TRANSPORT_OPT
 @dataclass(frozen=True)
 class Settings:
     """The effective configuration: DEFAULTS overlaid with settings.DELAYQUEUE (the system
-    checks, delayqueue.E001-E007, say what is wrong with a value; this only holds them)."""
+    checks, delayqueue.E001-E010, say what is wrong with a value; this only holds them)."""
 
     redis_url: str
     sentinel_master: str | None

@@ -137,6 +137,33 @@ def check_jitter(value: Any, name: str = "BACKOFF_JITTER") -> float:
     return share
 
 
+def check_sentinel_master(value: Any, name: str = "SENTINEL_MASTER") -> str:
+    """The name the sentinels monitor the master under (one word, as in ``sentinel monitor
+    <name> host port quorum``)."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise InvalidOption(
+            f"{name} must name the master the sentinels monitor (a string such as "
+            f"'mymaster'), not {shown(value)}"
+        )
+    return value
+
+
+def check_sentinel_kwargs(value: Any, name: str = "SENTINEL_KWARGS") -> dict[str, Any]:
+    """redis-py options of the connections to the sentinels, or None for none. The value is
+    never shown: it may hold a password."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidOption(
+            f"{name} must be a dict of redis-py connection options for the sentinels, "
+            f"not {type(value).__name__}"
+        )
+    bad = [key for key in value if not isinstance(key, str) or not key.isidentifier()]
+    if bad:
+        raise InvalidOption(f"{name} keys must be option names, not {shown(bad[0])}")
+    return dict(value)
+
+
 # The numeric settings of DELAYQUEUE and the validator each goes through (delayqueue.E004).
 SETTING_VALIDATORS: dict[str, Callable[[Any], object]] = {
     "BATCH_SIZE": lambda v: check_batch_size(v, "BATCH_SIZE"),

@@ -32,9 +32,7 @@ class SentinelProcess:
     """One ``redis-server --sentinel``. Sentinel rewrites its config file (the replicas and
     sentinels it learned of, the current epoch), so the file lives in a folder of its own."""
 
-    def __init__(
-        self, master_port: int, *, down_after_ms: int, failover_timeout_ms: int
-    ) -> None:
+    def __init__(self, master_port: int, *, down_after_ms: int, failover_timeout_ms: int) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
@@ -118,13 +116,19 @@ class SentinelSet:
         self.servers: list[RedisServer] = []
         self.sentinels: list[SentinelProcess] = []
         self.master: RedisServer | None = None
+        self._killed: tuple[RedisServer, float]  # the master kill_master_only() killed, when
 
     # ---- addresses -----------------------------------------------------------------------
 
     @property
     def url(self) -> str:
         """The kombu-style URL delayqueue takes: one ``sentinel://`` part per sentinel."""
-        return ";".join(f"sentinel://127.0.0.1:{s.port}" for s in self.sentinels) + "/0"
+        return self.url_for(0)
+
+    def url_for(self, db: int) -> str:
+        """The URL of database ``db``, written on the first part (kombu reads it there)."""
+        first, *others = [f"sentinel://127.0.0.1:{s.port}" for s in self.sentinels]
+        return ";".join([f"{first}/{db}", *others])
 
     def server_on(self, port: int) -> RedisServer:
         (server,) = [s for s in self.servers if s.port == port]
@@ -140,10 +144,12 @@ class SentinelSet:
 
     def start(self, timeout: float = 30.0) -> SentinelSet:
         try:
-            master = RedisServer().start()
+            # diskless full sync at once (its default waits 5 s for more replicas)
+            fast_sync = ["--repl-diskless-sync-delay", "0"]
+            master = RedisServer(extra=fast_sync).start()
             self.servers.append(master)
             self.master = master
-            replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(master.port)])
+            replica = RedisServer(extra=[*fast_sync, "--replicaof", "127.0.0.1", str(master.port)])
             self.servers.append(replica.start())
             for _ in range(self.sentinel_count):
                 sentinel = SentinelProcess(
@@ -179,8 +185,10 @@ class SentinelSet:
         problems = []
         with self.master.client() as master:
             replication = master.info("replication")
-        if int(replication.get("connected_slaves", 0)) < len(self.servers) - 1:
-            problems.append("replica not connected")
+        online = [v for k, v in replication.items() if k.startswith("slave") and
+                  isinstance(v, dict) and v.get("state") == "online"]  # fmt: skip
+        if len(online) < len(self.servers) - 1:
+            problems.append("replica not in sync")
         for sentinel in self.sentinels:
             with sentinel.client() as client:
                 state = client.sentinel_master(MASTER_NAME)
@@ -194,14 +202,23 @@ class SentinelSet:
         return problems
 
     def kill_master(self, timeout: float = 30.0) -> tuple[RedisServer, float]:
-        """SIGKILL the master and wait until every sentinel names a new one and that one
-        takes writes; the new master and the seconds it took."""
-        old = self.master
-        if old is None:
+        """SIGKILL the master and wait until a replica is promoted (``wait_for_failover``)."""
+        self.kill_master_only()
+        return self.wait_for_failover(timeout)
+
+    def kill_master_only(self) -> RedisServer:
+        """SIGKILL the master and return at once (it is dead when this returns)."""
+        if self.master is None:
             raise RuntimeError("the set is not started")
-        started = time.monotonic()
-        old.stop(kill=True)
-        deadline = started + timeout
+        self._killed = (self.master, time.monotonic())
+        self.master.stop(kill=True)
+        return self._killed[0]
+
+    def wait_for_failover(self, timeout: float = 30.0) -> tuple[RedisServer, float]:
+        """Wait until every sentinel names a new master and that one takes writes; the new
+        master and the seconds since the SIGKILL."""
+        old, started = self._killed
+        deadline = time.monotonic() + timeout
         while True:
             addresses = {s.master_address() for s in self.sentinels}
             if len(addresses) == 1:

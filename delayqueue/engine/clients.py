@@ -21,7 +21,9 @@ from urllib.parse import unquote, urlsplit
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis import Redis
+from redis.backoff import NoBackoff
 from redis.connection import parse_url, to_bool
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from delayqueue.conf import SETTINGS_READ, get_settings
@@ -89,9 +91,11 @@ class SentinelTarget:
 
 def parse_sentinel_url(url: str) -> SentinelTarget:
     """kombu's form: one ``sentinel://[user:password@]host[:port][/db][?option=value]`` per
-    sentinel, joined by ``;``. Credentials, database and options may be written on any part
-    (kombu reads them from the first); parts that disagree are refused, as is a part that
-    names no host. InvalidOption, with the URL redacted, for anything unusable."""
+    sentinel, joined by ``;``. As kombu (Celery's broker) does, the credentials, database and
+    options are the first part's; a later part may repeat them but not say otherwise (kombu
+    would ignore it, and the same URL would mean another database to Celery). A part that
+    names no host is refused too. InvalidOption, with the URL redacted, for anything
+    unusable."""
     sentinels: list[tuple[str, int]] = []
     options: dict[str, Any] = {}
     for part in str(url).split(";"):
@@ -106,14 +110,17 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
                 "one sentinel://host:port per sentinel, joined by ';')"
             )
         host, port, found = _sentinel_part(rest, shown)
+        if not sentinels:
+            options = found
+        else:
+            for name, value in found.items():
+                if options.get(name, 0 if name == "db" else None) != value:
+                    raise InvalidOption(
+                        f"REDIS_URL part {shown} sets {name!r} otherwise than the first part; "
+                        "kombu (Celery's broker) reads the credentials, database and options "
+                        "of the first sentinel:// part only: write them there"
+                    )
         sentinels.append((host, port))
-        for name, value in found.items():
-            if name in options and options[name] != value:
-                raise InvalidOption(
-                    f"REDIS_URL parts disagree on {name!r} (at {shown}); write it once, or "
-                    "the same on every part"
-                )
-            options[name] = value
     if not sentinels:
         raise InvalidOption(f"REDIS_URL {redact_url(str(url))} names no sentinel")
     return SentinelTarget(sentinels, options)
@@ -171,9 +178,11 @@ def _sentinel_client(
         )
     if sentinel_kwargs is not None and not isinstance(sentinel_kwargs, Mapping):
         raise InvalidOption("DELAYQUEUE['SENTINEL_KWARGS'] must be a dict of redis-py options")
-    # The sentinels answer within the same timeouts as the master unless told otherwise.
+    # The sentinels answer within the same timeouts as the master unless told otherwise, and
+    # without redis-py's retries (Redis() retries a refused connection 10 times, for seconds):
+    # a sentinel that does not answer is skipped for the next one.
     timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
-    to_sentinels = {**timeouts, **(sentinel_kwargs or {})}
+    to_sentinels = {**timeouts, "retry": Retry(NoBackoff(), 0), **(sentinel_kwargs or {})}
     try:
         sentinel = Sentinel(target.sentinels, sentinel_kwargs=to_sentinels)
     except (TypeError, ValueError) as exc:
