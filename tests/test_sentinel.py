@@ -167,6 +167,46 @@ def test_a_celery_broker_on_sentinel_receives_the_dispatch(
         broker.delete("celery")
 
 
+def test_credentials_for_the_master_in_the_url_and_for_the_sentinels_in_their_options(
+    settings: Any,
+) -> None:
+    """kombu's split: the URL's user and password are the master's, SENTINEL_KWARGS holds the
+    sentinels' own; neither password shows in an error."""
+    with SentinelSet(sentinel_password="sentinel-secret-1") as topology:
+        master = point_delayqueue_at(topology, settings)
+        master.execute_command(
+            "ACL", "SETUSER", "dq", "reset", "on", ">master-secret-2", "~dq:*", "&dq:*", "+@all"
+        )
+        for sentinel in topology.sentinels:  # docs/topologies.md: the least a client needs
+            with sentinel.client() as on_sentinel:
+                on_sentinel.execute_command(
+                    "ACL", "SETUSER", "dq-sentinel", "reset", "on", ">sentinel-secret-3",
+                    "+sentinel|masters",
+                )  # fmt: skip
+        first, rest = topology.url.split(";", 1)
+        url = first.replace("sentinel://", "sentinel://dq:master-secret-2@") + ";" + rest
+        settings.DELAYQUEUE = {
+            **settings.DELAYQUEUE,
+            "REDIS_URL": url,
+            "SENTINEL_KWARGS": {"username": "dq-sentinel", "password": "sentinel-secret-3"},
+        }
+        job = jobs.record.delay_for("authenticated", seconds=60, on_commit=False)
+        assert master.zscore(Q.scheduled, job.id) is not None
+        users = {entry["user"] for entry in master.client_list()}
+        assert "dq" in users  # delayqueue's connections logged in with the URL's user
+        for sentinel in topology.sentinels:
+            with sentinel.client() as on_sentinel:
+                refused = on_sentinel.execute_command("ACL", "LOG")
+            assert not [e for e in refused if b"dq-sentinel" in repr(e).encode()], refused
+
+        settings.DELAYQUEUE = {**settings.DELAYQUEUE, "SENTINEL_KWARGS": None}
+        with pytest.raises(RedisUnavailable) as error:
+            jobs.record.delay_for("sentinels refuse", seconds=60, on_commit=False)
+        assert "No master found" in str(error.value)
+        assert "secret" not in str(error.value)
+        master.close()
+
+
 # ---- failover -----------------------------------------------------------------------------
 
 

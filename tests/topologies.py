@@ -32,7 +32,14 @@ class SentinelProcess:
     """One ``redis-server --sentinel``. Sentinel rewrites its config file (the replicas and
     sentinels it learned of, the current epoch), so the file lives in a folder of its own."""
 
-    def __init__(self, master_port: int, *, down_after_ms: int, failover_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        master_port: int,
+        *,
+        down_after_ms: int,
+        failover_timeout_ms: int,
+        password: str | None = None,
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
@@ -51,10 +58,16 @@ class SentinelProcess:
             f"sentinel failover-timeout {MASTER_NAME} {failover_timeout_ms}\n"
             f"sentinel parallel-syncs {MASTER_NAME} 1\n"
         )
+        if password is not None:  # clients and the other sentinels must AUTH
+            with self.config.open("a") as config:
+                config.write(f"requirepass {password}\nsentinel sentinel-pass {password}\n")
+        self.password = password
         self.process: subprocess.Popen[bytes] | None = None
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=10)
+        return redis.Redis(
+            port=self.port, password=self.password, decode_responses=True, socket_timeout=10
+        )
 
     def log(self) -> str:
         path = self.dir / "sentinel.log"
@@ -95,6 +108,8 @@ class SentinelProcess:
 
 class SentinelSet:
     """A master, one replica (``replicaof``) and three sentinels with a quorum of two.
+    ``sentinel_password``: the sentinels require it (``requirepass``, and use it between
+    themselves); the data servers' default user stays open, for the tests to look.
 
     ``down_after_ms`` is how long the master must be silent before a sentinel thinks it down;
     ``failover_timeout_ms`` bounds a failover attempt (and how soon another may start)."""
@@ -106,6 +121,7 @@ class SentinelSet:
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 5000,
         sentinels: int = 3,
+        sentinel_password: str | None = None,
     ) -> None:
         if master_name != MASTER_NAME:
             raise ValueError(f"the sentinels monitor {MASTER_NAME!r}")
@@ -113,6 +129,7 @@ class SentinelSet:
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
         self.sentinel_count = sentinels
+        self.sentinel_password = sentinel_password
         self.servers: list[RedisServer] = []
         self.sentinels: list[SentinelProcess] = []
         self.master: RedisServer | None = None
@@ -156,6 +173,7 @@ class SentinelSet:
                     master.port,
                     down_after_ms=self.down_after_ms,
                     failover_timeout_ms=self.failover_timeout_ms,
+                    password=self.sentinel_password,
                 )
                 self.sentinels.append(sentinel)
                 sentinel.start()
