@@ -179,3 +179,21 @@ def test_a_batch_message_of_an_unknown_task_runs_nothing(parked_celery: Celery) 
     task = parked_celery.tasks[RUN_BATCH]
     assert task.apply(args=["tests", "no.such.task", [["X", "1", [], {}, None]]]).result == 0
     assert task.apply(args=["tests", "tests.jobs.batched", "not a list"]).result == 0
+
+
+def test_the_worker_readies_the_publisher_for_every_delayed_task_before_the_first_job(
+    parked_celery: Celery,
+) -> None:
+    from delayqueue.worker.publishers import RedisListPublisher
+
+    worker = DelayWorker(["tests"], celery_app=parked_celery)
+    publisher = worker.dispatcher.publisher
+    assert isinstance(publisher, RedisListPublisher) and not publisher._routes
+    worker.dispatcher.warm_up()
+    assert publisher._client is not None
+    for name in ("tests.jobs.record", "tests.jobs.batched"):
+        assert publisher._routes[(name, name)] is not None
+        assert publisher._routes[(RUN_BATCH, name)] is not None
+    assert "celery" in publisher._declared
+    with redis.Redis.from_url(parked_broker_url()) as broker:
+        assert broker.llen("celery") == 0  # nothing was sent

@@ -80,3 +80,17 @@ def test_only_calls_safe_to_resend_take_the_direct_connection(r: redis.Redis) ->
     assert not claim.resend_safe
     with pytest.raises(ValueError, match="not safe to send twice"):
         execution.run_direct(claim)
+
+
+def test_warm_up_registers_the_scripts_and_opens_a_direct_connection(r: redis.Redis) -> None:
+    from delayqueue.engine import clients
+
+    clients.reset()
+    assert execution._direct is None and execution._scripts is None
+    execution.warm_up()
+    direct = execution._direct
+    assert direct is not None and execution._scripts is not None
+    [idle] = direct._idle
+    assert idle._sock is not None  # connected before any call
+    jobs.record.delay_for("after warm-up", seconds=60, on_commit=False)
+    assert direct._idle == [idle]  # the first call used it

@@ -136,6 +136,15 @@ class DirectConnections:
         self._idle.append(connection)
         return reply
 
+    def open(self) -> None:
+        """Connect one idle connection ahead of the first call."""
+        if self._pid != os.getpid():
+            self._idle, self._pid = [], os.getpid()
+        if not self._idle:
+            connection = self._connection_class(**self._kwargs)
+            connection.connect()
+            self._idle.append(connection)
+
     def close(self) -> None:
         idle, self._idle = self._idle, []
         if self._pid == os.getpid():
@@ -176,17 +185,30 @@ class DirectConnections:
         raise AssertionError("unreachable")
 
 
-def run_direct(call: ScriptCall[ReplyT]) -> ReplyT:
-    """One script call on a connection of ``DirectConnections`` (same server and settings
-    as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
+def _direct_connections() -> DirectConnections:
     global _direct
-    if not call.resend_safe:
-        raise ValueError(f"the {call.script} script is not safe to send twice")
     if _direct is None:
         client = get_redis()  # before the lock, which get_redis() takes itself
         with _lock:
             if _direct is None:
                 _direct = DirectConnections(client)
+    return _direct
+
+
+def run_direct(call: ScriptCall[ReplyT]) -> ReplyT:
+    """One script call on a connection of ``DirectConnections`` (same server and settings
+    as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
+    if not call.resend_safe:
+        raise ValueError(f"the {call.script} script is not safe to send twice")
+    direct = _direct_connections()
     with redis_errors():
-        reply = _direct.run(get_scripts()[call.script], call.keys, call.args)
+        reply = direct.run(get_scripts()[call.script], call.keys, call.args)
     return call.parse(reply)
+
+
+def warm_up() -> None:
+    """Register the scripts and open a direct connection now (a new Celery pool process,
+    a web worker): the first job's round trip does not pay for them."""
+    get_scripts()
+    with redis_errors():
+        _direct_connections().open()

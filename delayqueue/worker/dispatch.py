@@ -112,6 +112,11 @@ class Dispatcher:
     def close(self) -> None:
         self.publisher.close()
 
+    def warm_up(self) -> None:
+        """Ready the publisher for the tasks delayqueue dispatches (made by @delayed_task)."""
+        names = [name for name, task in self.app.tasks.items() if isinstance(task, DelayedTask)]
+        self.publisher.warm_up(names)
+
     def dispatch(self, jobs: list[Claimed]) -> None:
         """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
         refuses, the jobs not yet published go back to scheduled with a backoff. Jobs of a

@@ -72,6 +72,10 @@ class Publisher(Protocol):
     def close(self) -> None:
         """Let go of any connection of its own."""
 
+    def warm_up(self, names: list[str]) -> None:
+        """Connect to the broker and get ready to publish messages of the tasks ``names``
+        now, so that the first due job does not wait for it."""
+
 
 class SendTaskPublisher:
     """Celery's ``send_task`` on one pooled producer: any broker."""
@@ -81,6 +85,10 @@ class SendTaskPublisher:
 
     def close(self) -> None:
         """Nothing of its own: the producer pool is the app's."""
+
+    def warm_up(self, names: list[str]) -> None:
+        with self.app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
 
     def publish(self, messages: list[TaskMessage]) -> None:
         with self.app.producer_or_acquire() as producer:
@@ -318,6 +326,22 @@ class RedisListPublisher:
 
     def close(self) -> None:
         self._disconnect()
+
+    def warm_up(self, names: list[str]) -> None:
+        """Connect, then route, declare and encode (without sending) one message of each
+        task and of its batches: about 30 ms of first-time work in a new process."""
+        self._connect().ping()
+        for name in names:
+            for message in (
+                TaskMessage(name, [], {}, {}, name),
+                TaskMessage(RUN_BATCH, [], {}, {}, name),
+            ):
+                route = self._route_of(message)
+                if route is not None:
+                    if route.queue.name not in self._declared:
+                        route.queue(self._channel).declare()
+                        self._declared.add(route.queue.name)
+                    self.encode(message, route)
 
     def _disconnect(self) -> None:
         connection = self._connection
