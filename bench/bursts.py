@@ -166,5 +166,5 @@ def spread(env: BenchEnv, sizes: Sizes) -> list[Figure]:
 def _configs(env: BenchEnv) -> list[CeleryConfig]:
     """The worker configuration asked for (Celery's defaults unless told), then the same
     with ack emulation flipped."""
-    first = env.celery_config
+    first = env.celery_requested
     return [first, replace(first, ack_emulation=not first.ack_emulation)]

@@ -73,6 +73,7 @@ class BenchEnv:
 
     def __init__(self, *, aof: bool = False, celery: CeleryConfig | None = None) -> None:
         self.celery_config = celery or CeleryConfig()
+        self.celery_requested = self.celery_config  # what the command line asked for
         extra = ["--maxmemory-policy", "noeviction"]
         self.server = RedisServer(appendonly=aof, appendfsync="everysec", extra=extra).start()
         self.dir = Path(tempfile.mkdtemp(prefix="dq-bench-"))

@@ -37,6 +37,8 @@ def _fmt(value: float, unit: str) -> str:
         return "-"
     if unit in ("ms",):
         return f"{value:,.1f} {unit}"
+    if unit == "s":
+        return f"{value:,.2f} {unit}"
     if unit == "x":
         return f"{value:.2f}x"
     return f"{value:,.0f} {unit}"

@@ -124,10 +124,13 @@ class Dispatcher:
         sends: list[Send] = []
         batches: dict[tuple[str, str], list[tuple[Claimed, list[Any], dict[str, Any]]]] = {}
         counts = Counter(job.task for job in jobs)
+        sizes: dict[str, int] = {}  # task -> jobs per message, for this dispatch
         for job in jobs:
             try:
                 args, kwargs, target = self._decode(job)
-                size = batch_size(target, counts[job.task])
+                size = sizes.get(job.task)
+                if size is None:
+                    size = sizes[job.task] = batch_size(target, counts[job.task])
                 if size > 1:
                     pending = batches.setdefault((job.queue, job.task), [])
                     pending.append((job, args, kwargs))
@@ -174,8 +177,9 @@ class Dispatcher:
         headers = {HEADER_BATCH: str(len(entries))}
         if first.claimed_ms is not None:
             headers[HEADER_CLAIMED] = str(first.claimed_ms)
+        summary = f"[{first.queue!r}, {first.task!r}, <{len(entries)} jobs from {first.id}>]"
         message = TaskMessage(
-            RUN_BATCH, [first.queue, first.task, entries], {}, headers, first.task
+            RUN_BATCH, [first.queue, first.task, entries], {}, headers, first.task, summary
         )
         return Send([job for job, _, _ in pending], message)
 

@@ -93,8 +93,7 @@ class DelayWorker:
         self._pubsub: PubSub | None = None
         self._subscribed: set[str] = set()
         self.clock = RedisClock()
-        # Jobs a pass claims per queue: the batch size, or FIRST_CLAIM for the pass after a
-        # wait (``run`` sets it), so the first jobs of a burst leave before the rest is claimed.
+        # Jobs a pass claims per queue: the batch size, or less after a wait (``run`` sets it).
         self.claim_limit = self.batch_size
         # queue -> (its next in-flight deadline as a time.monotonic(), when it was last reaped)
         self._reap_state: dict[str, tuple[float, float]] = {}
@@ -129,7 +128,11 @@ class DelayWorker:
                     self._sleep(1.0)
                     continue
                 self._touch_health()
-                self.claim_limit = self.batch_size if result.full else FIRST_CLAIM
+                # After a wait, claims grow from FIRST_CLAIM (doubling per full pass): the
+                # first jobs of a burst leave at once, and no large claim holds Redis while
+                # the Celery side begins them.
+                full = min(self.batch_size, self.claim_limit * 2)
+                self.claim_limit = full if result.full else FIRST_CLAIM
                 if once:
                     if not result.full:
                         break

@@ -54,6 +54,7 @@ class TaskMessage:
     kwargs: dict[str, Any]
     headers: dict[str, str]
     route_name: str  # the task whose routing (queue, exchange) applies
+    argsrepr: str | None = None  # what Flower shows as the arguments (default: their repr)
 
 
 class PublishError(Exception):
@@ -223,7 +224,8 @@ class RedisListPublisher:
             "timelimit": [route.time_limit, route.soft_time_limit],
             "root_id": task_id,
             "parent_id": None,
-            "argsrepr": saferepr(args, self.argsrepr_maxsize, self.repr_maxlevels),
+            "argsrepr": message.argsrepr
+            or saferepr(args, self.argsrepr_maxsize, self.repr_maxlevels),
             "kwargsrepr": saferepr(kwargs, self.kwargsrepr_maxsize, self.repr_maxlevels),
             "origin": self.origin,
             "ignore_result": True,
