@@ -150,7 +150,7 @@ def delayed_task(
     visibility_timeout: seconds a run may take before the job is run again elsewhere.
     batch: due jobs handed to Celery per message, run one after another in one pool process,
     each acked or retried on its own (docs/design.md, "Batched hand-off"). 1: one job per
-    message always. Unset: batches of 32 when 64 or more of the task's jobs are due at once,
+    message always. Unset: batches of up to 128 when 64 or more of the task's jobs are due at once,
     unless the task sets a Celery time or rate limit.
     Other keywords go to Celery's ``shared_task``.
     """

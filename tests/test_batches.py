@@ -163,7 +163,8 @@ def test_automatic_batches_under_a_backlog_only_and_never_with_limits(
     batches = [m for m in messages if m["task"] == RUN_BATCH]
     assert {m["args"][1] for m in batches} == {"tests.jobs.record"}
     assert sum(len(m["args"][2]) for m in batches) == count
-    assert max(len(m["args"][2]) for m in batches) == AUTO_BATCH_SIZE
+    assert max(len(m["args"][2]) for m in batches) == min(AUTO_BATCH_SIZE, -(-count // 4))
+    assert len(batches) == 4
     singles = [m["task"] for m in messages if m["task"] != RUN_BATCH]
     assert singles.count("tests.jobs.limited") == count  # a time limit is a job's own
     assert singles.count("tests.jobs.unbatched") == count  # batch=1
