@@ -98,6 +98,7 @@ def run_batch(
     *,
     claimed_ms: int | None = None,
     backoff: Backoff | None = None,
+    visibility_timeout: float | None = None,
 ) -> int:
     """Run the jobs of one batch message, each with ``call(job)`` (which runs the task's
     function on its arguments); how many succeeded. A job's exception is recorded (retry
@@ -114,7 +115,10 @@ def run_batch(
     if not valid:
         return 0
     keys = queue_keys(queue)
-    visibility_ms = int(get_settings().visibility_timeout * 1000)
+    # The task's own visibility timeout when it sets one (begin.lua applies the one stored
+    # with each job; this decides when the batch begins its later jobs again).
+    own = visibility_timeout or get_settings().visibility_timeout
+    visibility_ms = int(own * 1000)
     pending = deque(_begin(keys, queue, valid, visibility_ms))
     begun_at = time.monotonic()
     settle = _Settle()

@@ -85,4 +85,5 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
         entries,
         claimed_ms=header_ms(request, HEADER_CLAIMED),
         backoff=getattr(target, "dq_backoff", None),
+        visibility_timeout=getattr(target, "dq_visibility_timeout", None),
     )

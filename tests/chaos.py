@@ -284,6 +284,7 @@ class Scenario:
     work_ms: int = 0  # task work, so kills land mid-task
     rate: float = 250.0  # jobs scheduled per second
     ack_emulation: bool = True  # kombu's Redis ack emulation in the Celery worker
+    batched: bool = False  # the task takes batches: several jobs per Celery message
 
 
 SCENARIOS = [
@@ -298,6 +299,11 @@ SCENARIOS = [
         rate=120,
         ack_emulation=False,
     ),
+    # The batched hand-off (delayqueue/batches.py): a kill lands mid-batch.
+    Scenario(
+        "batched, Celery worker SIGKILL", kill_celery_worker, work_ms=40, rate=120, batched=True
+    ),  # fmt: skip
+    Scenario("batched, delay worker SIGKILL", kill_delay_worker, batched=True),
     Scenario("broker down", broker_outage),
     Scenario("Redis restart, AOF always", redis_restart, appendfsync="always"),
     Scenario("Redis restart, AOF everysec", redis_restart, appendfsync="everysec"),
@@ -352,7 +358,9 @@ def schedule_jobs(
     seconds later; a batch Redis did not acknowledge is sent again with the same dedupe keys.
     Returns tag -> (job id, due ms) of every acknowledged job, and the number of retries."""
     from delayqueue import DelayQueueError, delay_many, spec
-    from tests.chaos_tasks import chaos_job
+    from tests.chaos_tasks import chaos_batched_job, chaos_job
+
+    task = chaos_batched_job if scenario.batched else chaos_job
 
     acknowledged: dict[str, tuple[str, int]] = {}
     retries = 0
@@ -365,7 +373,7 @@ def schedule_jobs(
         delays = {tag: random.uniform(0, spread) for tag in tags}
         while True:
             specs = [
-                spec(chaos_job, (tag, scenario.work_ms), delay=delays[tag], key=tag) for tag in tags
+                spec(task, (tag, scenario.work_ms), delay=delays[tag], key=tag) for tag in tags
             ]
             try:
                 jobs = delay_many(specs, on_commit=False)

@@ -30,6 +30,16 @@ def ledger() -> redis.Redis:
 def chaos_job(tag: str, work_ms: int = 0) -> None:
     """Record one run of ``tag``; with ``work_ms``, work for up to that long first, so that a
     killed Celery worker dies in the middle of tasks."""
+    _run(tag, work_ms)
+
+
+@delayed_task(queue=QUEUE, max_attempts=1000, backoff=0.2, visibility_timeout=3, batch=8)
+def chaos_batched_job(tag: str, work_ms: int = 0) -> None:
+    """``chaos_job`` handed to Celery 8 jobs to a message."""
+    _run(tag, work_ms)
+
+
+def _run(tag: str, work_ms: int) -> None:
     if work_ms:
         time.sleep(random.uniform(0, work_ms) / 1000)
     pipe = ledger().pipeline(transaction=False)
