@@ -23,8 +23,10 @@ local function split_spec(spec)
 end
 
 -- Writes a split spec into job hash `job` (which must be a hash or missing): its non-empty
--- fields are set, its empty ones deleted, so nothing of an older spec stays behind.
-local function write_spec(job, parts)
+-- fields are set, its empty ones deleted, so nothing of an older spec stays behind. `extra`
+-- (optional: field, value, ...) is set in the same HSET; with `fresh` (the hash holds no
+-- spec field) there is nothing to delete.
+local function write_spec(job, parts, extra, fresh)
   local set, gone = {}, {}
   for i, value in ipairs(parts) do
     if value ~= '' then
@@ -34,8 +36,9 @@ local function write_spec(job, parts)
       gone[#gone + 1] = SPEC_FIELDS[i]
     end
   end
+  for _, value in ipairs(extra or {}) do set[#set + 1] = value end
   if #set > 0 then redis.call('HSET', job, unpack(set)) end
-  if #gone > 0 then redis.call('HDEL', job, unpack(gone)) end
+  if #gone > 0 and not fresh then redis.call('HDEL', job, unpack(gone)) end
 end
 
 -- The dedupe key of split spec `parts` (nil or false when there is none).

@@ -56,6 +56,7 @@ local function examine(id, far_due)
   local f = hash_fields(job, 'task', 'args', 'kwargs', 'max', 'vt', 'key', 'tok', 'att', 'rp')
   local spec = redis.call('HGET', KEYS[7], id)
   local plan = {id = id, job = job, spec = spec, foreign = not f}
+  plan.fresh = f and not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6])  -- no spec field
   if spec then
     plan.parts = split_spec(spec)
     if spec == '\n\n\n\n\n' then plan.parts = nil end
@@ -98,16 +99,22 @@ local claimed, deadlines, buried, gone = {}, {}, {}, {}
 for _, plan in ipairs(plans) do
   local id, job = plan.id, plan.job
   if plan.foreign then replace_foreign(job, plan.why) end
+  -- The new fencing token and attempt (checked integers of at most 15 digits: exact), set
+  -- with the unpacked spec in one HSET.
+  local counters = plan.ok and {'tok', counter(plan.fields[7]) + 1,
+                                'att', counter(plan.fields[8]) + 1}
   if plan.parts then
-    write_spec(job, plan.parts)
-  elseif plan.spec then  -- kept for people to look at
-    redis.call('HSET', job, plan.foreign and 'raw_spec' or 'raw', plan.spec)
+    write_spec(job, plan.parts, counters, plan.fresh)
+  else
+    if plan.spec then  -- kept for people to look at
+      redis.call('HSET', job, plan.foreign and 'raw_spec' or 'raw', plan.spec)
+    end
+    if counters then redis.call('HSET', job, unpack(counters)) end
   end
   if plan.spec then redis.call('HDEL', KEYS[7], id) end
   if plan.ok then
     local f = plan.fields
-    local token = redis.call('HINCRBY', job, 'tok', 1)
-    local attempt = redis.call('HINCRBY', job, 'att', 1)
+    local token, attempt = counters[2], counters[4]
     -- Each earlier dispatch that timed out before its task even started (lost, or stuck
     -- behind a Celery backlog) doubles the time this one gets: no re-dispatch storm.
     local redispatched = math.max(0, math.min(counter(f[9]), 5))
