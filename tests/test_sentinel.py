@@ -153,18 +153,27 @@ def test_a_celery_broker_on_sentinel_receives_the_dispatch(
     master: redis.Redis, topology: SentinelSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Celery's own broker on the same Sentinel set (kombu's sentinel:// with master_name):
-    the worker hands jobs over with send_task (no fast path for sentinel:// brokers yet)."""
+    the worker's fast path writes the message onto the master's list through kombu's
+    sentinel-managed client, a message Celery reads as its own."""
+    import json
+
+    from delayqueue.worker.publishers import RedisListPublisher
     from tests.conftest import celery_app_on
 
     monkeypatch.delenv("CELERY_BROKER_URL")
     app = celery_app_on(topology.url_for(1))
     app.conf.broker_transport_options = {"master_name": MASTER_NAME}
     job = jobs.record.delay_for("to celery", seconds=0, on_commit=False)
-    result = DelayWorker(["tests"], celery_app=app).run_pass()
+    worker = DelayWorker(["tests"], celery_app=app)
+    assert isinstance(worker.dispatcher.publisher, RedisListPublisher)
+    result = worker.run_pass()
     assert [claimed.id for claimed in result.claimed] == [job.id]
     with redis.Redis(port=_address(master)[1], db=1) as broker:
-        assert broker.llen("celery") == 1
+        [raw] = broker.lrange("celery", 0, -1)
         broker.delete("celery")
+    message = json.loads(raw)
+    assert message["headers"]["task"] == "tests.jobs.record"
+    assert message["headers"]["dq_id"] == job.id
 
 
 def test_credentials_for_the_master_in_the_url_and_for_the_sentinels_in_their_options(

@@ -37,7 +37,7 @@ from delayqueue.batches import RUN_BATCH
 logger = logging.getLogger(__name__)
 
 DISPATCH_MODES = ("auto", "send_task")
-REDIS_SCHEMES = ("redis", "rediss")
+REDIS_SCHEMES = ("redis", "rediss", "sentinel")  # kombu's Redis transports
 
 # Task options the fast path reproduces; any other option with a value sends the message
 # through send_task instead.
