@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -45,23 +46,26 @@ def _schedule_countdown(dues: list[float]) -> None:
         stamp.apply_async(args=(int(due),), eta=eta_at(due))
 
 
-def _run(env: BenchEnv, system: str, dues: list[float], lead_s: float) -> list[tuple[float, float]]:
-    """Schedule jobs due at ``dues`` with ``system`` and wait for every run."""
+def _run(
+    env: BenchEnv, system: str, make_dues: Callable[[float], list[float]]
+) -> tuple[list[float], list[tuple[float, float]]]:
+    """Schedule jobs with ``system``, due at ``make_dues(epoch ms now)`` (called once the
+    workers are ready), and wait for every run: (the dues, the (due, started) rows)."""
     from bench.tasks import stamp, stamp_single
 
     env.flush()
     env.start_celery()
-    timeout = (max(dues) / 1000 - time.time()) + 300
-    if system == "celery delay()":
-        return _run_plain(env, dues)
-    if system == "celery countdown":
-        _schedule_countdown(dues)
-        return _stamps(env, len(dues), timeout)
-    task = stamp if system.startswith("delayqueue") and "1 job" not in system else stamp_single
-    children = env.start_delay_workers(1, "bench")
+    children = env.start_delay_workers(1, "bench") if system.startswith("delayqueue") else []
     try:
-        _schedule_delayqueue(task, dues)
-        return _stamps(env, len(dues), timeout)
+        dues = make_dues(time.time() * 1000)
+        timeout = (max(dues) / 1000 - time.time()) + 300
+        if system == "celery delay()":
+            return dues, _run_plain(env, dues)
+        if system == "celery countdown":
+            _schedule_countdown(dues)
+        else:
+            _schedule_delayqueue(stamp_single if "1 job" in system else stamp, dues)
+        return dues, _stamps(env, len(dues), timeout)
     finally:
         env.stop(children)
 
@@ -86,10 +90,12 @@ def _run_plain(env: BenchEnv, dues: list[float]) -> list[tuple[float, float]]:
 
 
 def _lead_s(system: str, count: int) -> float:
-    """Seconds from now to the burst: enough to schedule ``count`` jobs first."""
+    """Seconds from now to the burst: enough to schedule ``count`` jobs first (and for a
+    new delay worker to be waiting)."""
+    base = 1.0 if count < 1_000 else 3.0
     if system.startswith("delayqueue"):
-        return 3.0 + count / 50_000
-    return 3.0 + count / 1_000  # apply_async: ~1,500-2,000 messages/s here
+        return base + count / 50_000
+    return base + count / 1_000  # apply_async: ~1,500-2,000 messages/s here
 
 
 SYSTEMS = ("delayqueue", "delayqueue, 1 job per message", "celery delay()", "celery countdown")
@@ -105,8 +111,9 @@ def burst(env: BenchEnv, sizes: Sizes) -> list[Figure]:
         label = "Celery defaults" if config.ack_emulation else "ack emulation off"
         results: dict[str, tuple[float, float]] = {}
         for system in SYSTEMS:
-            due = time.time() * 1000 + _lead_s(system, count) * 1000
-            rows = _run(env, system, [due] * count, 0)
+            lead_ms = _lead_s(system, count) * 1000
+            dues, rows = _run(env, system, lambda now: [now + lead_ms] * count)  # noqa: B023
+            due = dues[0]
             starts = sorted(started for _, started in rows)
             drained = count / max(0.001, (starts[-1] - due) / 1000)
             results[system] = (drained, starts[0] - due)
@@ -143,9 +150,12 @@ def spread(env: BenchEnv, sizes: Sizes) -> list[Figure]:
         label = "Celery defaults" if config.ack_emulation else "ack emulation off"
         late: dict[str, list[float]] = {}
         for system in ("delayqueue", "delayqueue, 1 job per message", "celery countdown"):
-            base = time.time() * 1000 + (_lead_s(system, count) - 3.0) * 1000
-            dues = [base + random.uniform(low, high) * 1000 for _ in range(count)]
-            rows = _run(env, system, dues, 0)
+            ahead_ms = (_lead_s(system, count) - 1.0) * 1000  # time to schedule them all
+
+            def spread_dues(now: float) -> list[float]:
+                return [now + ahead_ms + random.uniform(low, high) * 1000 for _ in range(count)]  # noqa: B023
+
+            _, rows = _run(env, system, spread_dues)
             late[system] = sorted(started - due for due, started in rows)
         for system in ("delayqueue", "delayqueue, 1 job per message"):
             for name, p in (("p50", 50.0), ("p99", 99.0)):

@@ -46,7 +46,7 @@ def run_messages(app: Celery, messages: list[dict[str, Any]]) -> list[Any]:
     results = []
     for message in messages:
         task = app.tasks[message["task"]]
-        results.append(task.apply(args=message["args"], headers=message["headers"]).result)
+        results.append(task.apply(args=tuple(message["args"]), headers=message["headers"]).result)
     return results
 
 
@@ -68,7 +68,7 @@ def test_jobs_of_a_batched_task_go_several_to_a_message_and_each_is_settled(
     assert messages[0]["headers"]["dq_batch"] == "5"
 
     assert sum(run_messages(parked_celery, messages)) == 11  # succeeded, of 12
-    assert sorted(run["tag"] for run in jobs.ran("batched")) == sorted(tags)
+    assert sorted(str(run["tag"]) for run in jobs.ran("batched")) == sorted(tags)
     failed = made[tags.index("fail-1")]
     assert r.zcard(Q.inflight) == 0
     assert r.zrange(Q.scheduled, 0, -1) == [failed.id]  # retried after its backoff
@@ -138,7 +138,8 @@ def test_a_long_batch_begins_its_later_jobs_again_before_they_could_be_reaped(
     assert len(message["args"][2]) == 4
     with override_settings(DELAYQUEUE={**settings.DELAYQUEUE, "VISIBILITY_TIMEOUT": 0.5}):
         run_messages(parked_celery, [message])
-    left = {run["tag"].split()[0]: float(run["tag"].split()[1]) for run in jobs.ran("deadline")}
+    reports = [str(run["tag"]).split() for run in jobs.ran("deadline")]
+    left = {name: float(seconds) for name, seconds in reports}
     assert set(left) == {"p0", "p1", "p2", "p3"}
     # Without the second begin, p3 would start 0.6 s after its deadline was set 0.5 s ahead.
     assert all(seconds > 0.2 for seconds in left.values()), left
@@ -178,8 +179,8 @@ def test_batch_option_is_checked_when_the_task_is_made(bad: Any) -> None:
 
 def test_a_batch_message_of_an_unknown_task_runs_nothing(parked_celery: Celery) -> None:
     task = parked_celery.tasks[RUN_BATCH]
-    assert task.apply(args=["tests", "no.such.task", [["X", "1", [], {}, None]]]).result == 0
-    assert task.apply(args=["tests", "tests.jobs.batched", "not a list"]).result == 0
+    assert task.apply(args=("tests", "no.such.task", [["X", "1", [], {}, None]])).result == 0
+    assert task.apply(args=("tests", "tests.jobs.batched", "not a list")).result == 0
 
 
 def test_the_worker_readies_the_publisher_for_every_delayed_task_before_the_first_job(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +112,7 @@ class Dispatcher:
         self.publisher = publisher_for(app)
         self.dispatched = 0
         self.outage_backoff = 0.0  # seconds the jobs of a refused dispatch wait; doubles
+        self._publishing = threading.Lock()  # the publisher is used by one thread at a time
 
     def close(self) -> None:
         self.publisher.close()
@@ -118,7 +120,22 @@ class Dispatcher:
     def warm_up(self) -> None:
         """Ready the publisher for the tasks delayqueue dispatches (made by @delayed_task)."""
         names = [name for name, task in self.app.tasks.items() if isinstance(task, DelayedTask)]
-        self.publisher.warm_up(names)
+        with self._publishing:
+            self.publisher.warm_up(names)
+
+    def warm_up_soon(self) -> threading.Thread:
+        """``warm_up`` on a thread of its own: a broker that hangs holds up the first publish
+        (which waits for it), not the worker's start, heartbeats and claims."""
+
+        def run() -> None:
+            try:
+                self.warm_up()
+            except Exception as exc:
+                logger.warning("Celery broker not reachable yet (%s); dispatches will retry", exc)
+
+        thread = threading.Thread(target=run, name="delayqueue-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def dispatch(self, jobs: list[Claimed]) -> None:
         """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
@@ -192,7 +209,8 @@ class Dispatcher:
         (found by publishing one message at a time; a batch's jobs one by one), not the
         rest."""
         try:
-            self.publisher.publish([send.message for send in sends])
+            with self._publishing:
+                self.publisher.publish([send.message for send in sends])
         except PublishError as exc:
             went = [job for send in sends[: exc.published] for job in send.jobs]
             self.dispatched += len(went)

@@ -109,10 +109,7 @@ class DelayWorker:
         if not once:
             self._install_signal_handlers()
         logger.info("delay worker %s starting (batch %s)", self.id, self.batch_size)
-        try:
-            self.dispatcher.warm_up()  # the first due job does not wait for it
-        except Exception as exc:
-            logger.warning("Celery broker not reachable yet (%s); dispatches will retry", exc)
+        self.dispatcher.warm_up_soon()  # the first due job does not wait for the broker
         self._touch_health()
         try:
             while not self.stopping:
