@@ -199,3 +199,31 @@ def test_the_worker_readies_the_publisher_for_every_delayed_task_before_the_firs
     assert "celery" in publisher._declared
     with redis.Redis.from_url(parked_broker_url()) as broker:
         assert broker.llen("celery") == 0  # nothing was sent
+
+
+def test_a_backlog_on_the_broker_makes_a_pass_batch_its_few_jobs(
+    r: redis.Redis, parked_celery: Celery
+) -> None:
+    """Each pass claims few jobs, but the Celery workers are behind (messages wait on the
+    broker's list): the jobs of a pass go in one message, and the worker says it is behind."""
+    from delayqueue.worker.dispatch import BACKLOG_FROM
+
+    worker = DelayWorker(["tests"], celery_app=parked_celery)
+    jobs.record.delay_many([(f"a{i}",) for i in range(3)], seconds=0, on_commit=False)
+    worker.run_pass()
+    assert [m["task"] for m in published()] == ["tests.jobs.record"] * 3  # not behind: singles
+    assert worker.dispatcher.publisher.waiting == 0 and not worker.dispatcher.behind()
+
+    with redis.Redis.from_url(parked_broker_url()) as broker:
+        broker.delete("celery")
+        broker.lpush("celery", *[f"queued-{i}" for i in range(BACKLOG_FROM)])
+    jobs.record.delay_many([("b0",)], seconds=0, on_commit=False)
+    worker.run_pass()  # its publish finds the backlog
+    assert worker.dispatcher.publisher.waiting == BACKLOG_FROM and worker.dispatcher.behind()
+    made = jobs.record.delay_many([(f"c{i}",) for i in range(5)], seconds=0, on_commit=False)
+    worker.run_pass()
+    with redis.Redis.from_url(parked_broker_url()) as broker:
+        newest = json.loads(broker.lindex("celery", 0))
+    assert newest["headers"]["task"] == RUN_BATCH
+    entries = json.loads(base64.b64decode(newest["body"]))[0][2]
+    assert sorted(entry[0] for entry in entries) == sorted(job.id for job in made)

@@ -133,7 +133,9 @@ def test_worker_finds_queues_when_none_are_given(r: redis.Redis) -> None:
 
 
 def test_once_drains_every_due_job(r: redis.Redis, parked: Celery) -> None:
-    jobs.record.delay_many([(f"j{i}",) for i in range(25)], seconds=0, on_commit=False)
+    # One message per job (batch=1): nobody consumes the parked broker, so after a few
+    # messages the worker would find the Celery side behind and batch the rest.
+    jobs.unbatched.delay_many([(f"j{i}",) for i in range(25)], seconds=0, on_commit=False)
     DelayWorker(["tests"], batch_size=10, celery_app=parked).run(once=True)
     assert r.zcard(Q.scheduled) == 0 and r.zcard(Q.inflight) == 25
     assert broker().llen(BROKER_QUEUE) == 25

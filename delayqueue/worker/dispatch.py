@@ -70,23 +70,34 @@ class Send:
 AUTO_BATCH_FROM = 64  # jobs of one task in one pass before an automatic batch is made
 AUTO_BATCH_SIZE = 128  # most jobs per automatic batch message
 AUTO_BATCH_SPLIT = 4  # least messages a pass's jobs of one task are spread over
+BACKLOG_FROM = 4  # messages found waiting on the broker's list that make every pass batch
 
 
-def batch_size(target: Task[Any, Any], claimed: int) -> int:
-    """Jobs per message for ``target``, of which ``claimed`` were claimed in this pass.
+def batch_size(target: Task[Any, Any], claimed: int, waiting: int = 0) -> int:
+    """Jobs per message for ``target``, of which ``claimed`` were claimed in this pass, with
+    ``waiting`` messages found on the broker's list at the last publish.
 
-    ``@delayed_task(batch=N)``: N (1: never batched). Left unset ("auto"): under a backlog
-    (AUTO_BATCH_FROM jobs of the task in one pass), batches of up to AUTO_BATCH_SIZE, the
-    pass's jobs spread over at least AUTO_BATCH_SPLIT messages (so several pool processes
-    share them); never when the task sets a Celery time or rate limit, which a batch could
-    not honour per job. Measured in docs/design.md, "Batched hand-off"."""
+    ``@delayed_task(batch=N)``: N (1: never batched). Left unset ("auto"), batches under a
+    backlog, never when the task sets a Celery time or rate limit (a batch could not honour
+    them per job):
+    - a backlog of due jobs (AUTO_BATCH_FROM of the task in one pass): batches of up to
+      AUTO_BATCH_SIZE, over at least AUTO_BATCH_SPLIT messages (so several pool processes
+      share them);
+    - a backlog in the broker (BACKLOG_FROM messages found waiting by the last publish: the
+      Celery workers, which take their prefetch off the list, are behind though each pass
+      claims few jobs): the pass's jobs of the task in one message.
+    Measured in docs/design.md, "Batched hand-off"."""
     if not isinstance(target, DelayedTask):
         return 1
     if target.dq_batch is not None:
         return target.dq_batch
-    if claimed < AUTO_BATCH_FROM or _has_limits(target):
+    if claimed < 2 or _has_limits(target):
         return 1
-    return min(AUTO_BATCH_SIZE, -(-claimed // AUTO_BATCH_SPLIT))
+    if claimed >= AUTO_BATCH_FROM:
+        return min(AUTO_BATCH_SIZE, -(-claimed // AUTO_BATCH_SPLIT))
+    if waiting >= BACKLOG_FROM:
+        return min(AUTO_BATCH_SIZE, claimed)
+    return 1
 
 
 def _has_limits(target: Task[Any, Any]) -> bool:
@@ -116,6 +127,11 @@ class Dispatcher:
 
     def close(self) -> None:
         self.publisher.close()
+
+    def behind(self) -> bool:
+        """Whether the last publish found the Celery workers behind (BACKLOG_FROM messages
+        waiting on the broker's list)."""
+        return self.publisher.waiting >= BACKLOG_FROM
 
     def warm_up(self) -> None:
         """Ready the publisher for the tasks delayqueue dispatches (made by @delayed_task)."""
@@ -150,7 +166,8 @@ class Dispatcher:
                 args, kwargs, target = self._decode(job)
                 size = sizes.get(job.task)
                 if size is None:
-                    size = sizes[job.task] = batch_size(target, counts[job.task])
+                    waiting = self.publisher.waiting
+                    size = sizes[job.task] = batch_size(target, counts[job.task], waiting)
                 if size > 1:
                     pending = batches.setdefault((job.queue, job.task), [])
                     pending.append((job, args, kwargs))

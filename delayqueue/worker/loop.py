@@ -62,6 +62,7 @@ class PassResult:
 
 
 FIRST_CLAIM = 16  # jobs claimed per queue by the first pass after a wait
+BEHIND_PAUSE = 0.02  # seconds between passes while the Celery workers are behind
 
 
 class DelayWorker:
@@ -135,7 +136,12 @@ class DelayWorker:
                         break
                     continue
                 if not result.full:
-                    self._sleep(result.wake_at - time.monotonic())
+                    wait = result.wake_at - time.monotonic()
+                    if result.claimed and self.dispatcher.behind():
+                        # The Celery workers are behind: jobs claimed now would only wait on
+                        # the broker's list, so gather a few ms of them into fuller batches.
+                        wait = max(wait, BEHIND_PAUSE)
+                    self._sleep(wait)
         finally:
             self._goodbye()
         logger.info("delay worker %s stopped after %s dispatches", self.id, self.dispatched)

@@ -67,6 +67,10 @@ class PublishError(Exception):
 
 
 class Publisher(Protocol):
+    # Messages already waiting on the broker's list at the last publish (0 when not known):
+    # Celery workers falling behind, which the dispatcher answers with batches.
+    waiting: int
+
     def publish(self, messages: list[TaskMessage]) -> None:
         """Publish in order; raise PublishError saying how many went out."""
 
@@ -80,6 +84,8 @@ class Publisher(Protocol):
 
 class SendTaskPublisher:
     """Celery's ``send_task`` on one pooled producer: any broker."""
+
+    waiting = 0  # send_task does not say
 
     def __init__(self, app: Celery) -> None:
         self.app = app
@@ -141,6 +147,7 @@ class RedisListPublisher:
         self._channel: Any = None  # kombu.transport.redis.Channel
         self._client: redis.Redis | None = None
         self._declared: set[str] = set()
+        self.waiting = 0
 
     @staticmethod
     def supports(app: Celery) -> bool:
@@ -204,6 +211,11 @@ class RedisListPublisher:
             if isinstance(reply, Exception):
                 raise PublishError(published, reply)
             published += len(payloads)
+        # LPUSH answers with the list's length: what was there before this push is how far
+        # the Celery workers (which reserve their prefetch off the list) are behind.
+        self.waiting = max(
+            int(reply) - len(payloads) for (_, payloads), reply in zip(pushes, replies, strict=True)
+        )
 
     # ---- the message -----------------------------------------------------------------
 
