@@ -62,6 +62,7 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
     def call(job: batches.BatchJob) -> Any:
         # The job's own request, as a single dispatch would have it (its headers as
         # attributes: self.request.dq_id in a bound task).
+        headers = {HEADER_QUEUE: queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
         target.push_request(
             id=job.id,
             args=job.args,
@@ -69,8 +70,8 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
             delivery_info=request.delivery_info,
             hostname=request.hostname,
             called_directly=False,
-            headers={HEADER_QUEUE: queue, HEADER_ID: job.id, HEADER_TOKEN: job.token},
-            **{HEADER_QUEUE: queue, HEADER_ID: job.id, HEADER_TOKEN: job.token},
+            headers=headers,
+            **headers,
         )
         try:
             return target.run(*job.args, **job.kwargs)

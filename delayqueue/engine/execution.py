@@ -122,8 +122,7 @@ class DirectConnections:
         """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
         twice with the same arguments: a connection Redis dropped while it sat idle is
         replaced and the call sent again."""
-        if self._pid != os.getpid():
-            self._idle, self._pid = [], os.getpid()
+        self._forget_parents()
         try:
             connection, new = self._idle.pop(), False
         except IndexError:
@@ -138,12 +137,16 @@ class DirectConnections:
 
     def open(self) -> None:
         """Connect one idle connection ahead of the first call."""
-        if self._pid != os.getpid():
-            self._idle, self._pid = [], os.getpid()
+        self._forget_parents()
         if not self._idle:
             connection = self._connection_class(**self._kwargs)
             connection.connect()
             self._idle.append(connection)
+
+    def _forget_parents(self) -> None:
+        """In a forked child, start with no idle connections (the parent's sockets)."""
+        if self._pid != os.getpid():
+            self._idle, self._pid = [], os.getpid()
 
     def close(self) -> None:
         idle, self._idle = self._idle, []

@@ -175,11 +175,8 @@ class Dispatcher:
                         sends.append(self._batch(batches.pop((job.queue, job.task))))
                     continue
                 sends.append(Send([job], self._message(job, args, kwargs, target)))
-            except CorruptJob as exc:
-                bury(job.queue, job.id, f"corrupt job data: {exc}", job.task, job.attempt)
             except Exception as exc:  # whatever one job's data does, it is that job's problem
-                reason = f"cannot build its Celery message: {describe(exc)}"
-                bury(job.queue, job.id, reason, job.task, job.attempt)
+                _bury_unsendable(job, exc)
         sends += [self._batch(pending) for pending in batches.values()]
         if sends:
             self._publish(sends)
@@ -264,14 +261,8 @@ class Dispatcher:
             try:
                 args, kwargs, target = self._decode(job)
                 singles.append(Send([job], self._message(job, args, kwargs, target)))
-            except Exception:
-                bury(
-                    job.queue,
-                    job.id,
-                    f"cannot build its Celery message: {describe_current()}",
-                    job.task,
-                    job.attempt,
-                )
+            except Exception as exc:
+                _bury_unsendable(job, exc)
         return singles
 
     def _broker_outage(self, jobs: list[Claimed], exc: BaseException) -> None:
@@ -298,6 +289,15 @@ class Dispatcher:
             for job in jobs
         ]
         run_all(releases)
+
+
+def _bury_unsendable(job: Claimed, exc: Exception) -> None:
+    """To dead, a job whose Celery message cannot be built from its data."""
+    if isinstance(exc, CorruptJob):
+        reason = f"corrupt job data: {exc}"
+    else:
+        reason = f"cannot build its Celery message: {describe(exc)}"
+    bury(job.queue, job.id, reason, job.task, job.attempt)
 
 
 def _dispatched(jobs: list[Claimed]) -> None:

@@ -189,9 +189,7 @@ class RedisListPublisher:
         try:
             client = self._connect()
             for _, route in batch:
-                if route.queue.name not in self._declared:
-                    route.queue(self._channel).declare()  # as send_task's producer does
-                    self._declared.add(route.queue.name)
+                self._declare(route)
             pushes: list[tuple[str, list[str]]] = []
             for key, run in groupby(batch, key=lambda pair: self._list_key(pair[1])):
                 pushes.append((key, [self.encode(message, route) for message, route in run]))
@@ -352,10 +350,14 @@ class RedisListPublisher:
             ):
                 route = self._route_of(message)
                 if route is not None:
-                    if route.queue.name not in self._declared:
-                        route.queue(self._channel).declare()
-                        self._declared.add(route.queue.name)
+                    self._declare(route)
                     self.encode(message, route)
+
+    def _declare(self, route: _Route) -> None:
+        """Declare the route's queue once per connection, as send_task's producer does."""
+        if route.queue.name not in self._declared:
+            route.queue(self._channel).declare()
+            self._declared.add(route.queue.name)
 
     def _disconnect(self) -> None:
         connection = self._connection
