@@ -11,7 +11,12 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS, with_fallbacks
-from delayqueue.engine.clients import client_from_url, is_sentinel_url, parse_sentinel_url
+from delayqueue.engine.clients import (
+    check_cluster_url,
+    client_from_url,
+    is_sentinel_url,
+    parse_sentinel_url,
+)
 from delayqueue.errors import InvalidOption
 from delayqueue.redaction import redact_url
 from delayqueue.validators import (
@@ -83,6 +88,8 @@ def check_redis_url(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
                 id="delayqueue.E003",
             )
         ]
+    if config["REDIS_CLUSTER"] is True:
+        return _cluster_url_errors(str(url))
     sentinel = _sentinel_settings(config)
     if sentinel is not None and not _sentinel_usable(str(url), sentinel):
         return []  # E008-E010 say what is wrong
@@ -95,6 +102,26 @@ def check_redis_url(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
                 hint="Query parameters are redis-py's connection options "
                 "(socket_timeout, ssl_ca_certs, ...); see redis.Redis.from_url.",
                 id="delayqueue.E007",
+            )
+        ]
+    return []
+
+
+def _cluster_url_errors(url: str) -> list[CheckMessage]:
+    """With REDIS_CLUSTER: the URL must name a node (checked without connecting)."""
+    try:
+        if is_sentinel_url(url):
+            raise InvalidOption(
+                "a sentinel:// URL with REDIS_CLUSTER: a Redis Cluster fails over by itself"
+            )
+        check_cluster_url(url)
+    except InvalidOption as exc:
+        return [
+            Error(
+                f"DELAYQUEUE['REDIS_URL']: {exc}.",
+                hint="With REDIS_CLUSTER, REDIS_URL names any node of the cluster: "
+                "redis://host:port/0 (rediss:// for TLS); the client finds the others.",
+                id="delayqueue.E011",
             )
         ]
     return []

@@ -23,6 +23,9 @@ DEFAULTS: dict[str, Any] = {
     # Sentinel: redis-py options of the connections to the sentinels themselves, e.g.
     # {"password": ...} (kombu's ``sentinel_kwargs``); the URL's password is the master's.
     "SENTINEL_KWARGS": None,
+    # Redis Cluster: REDIS_URL names any node ("redis://host:port/0", database 0); the client
+    # asks it for the others and for the slot map, and follows the cluster through failovers.
+    "REDIS_CLUSTER": False,
     # Prefix of every key (see engine/keys.py). Change it to share one Redis between projects.
     "KEY_PREFIX": "dq",
     # Queue a task goes to when @delayed_task / enqueue() name none.
@@ -75,6 +78,7 @@ class Settings:
     redis_url: str
     sentinel_master: str | None
     sentinel_kwargs: dict[str, Any] | None
+    redis_cluster: bool
     key_prefix: str
     default_queue: str
     batch_size: int

@@ -42,7 +42,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from delayqueue import signals
-from delayqueue.engine.clients import get_raw_redis
+from delayqueue.engine.clients import get_raw_redis, redis_now_ms
 from delayqueue.engine.keys import QUEUE_NAME, global_keys, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.errors import DelayQueueError
@@ -254,12 +254,11 @@ class QueueCollector(Collector):
         client = get_raw_redis()
         g = global_keys()
         with redis_errors():
+            now_ms = redis_now_ms(client)  # not in the pipeline: a cluster's refuses TIME
             pipe = client.pipeline(transaction=False)
-            pipe.time()
             pipe.smembers(g.queues)
             pipe.zrange(g.workers, -1000, -1, withscores=True)
-            (seconds, micros), members, workers = pipe.execute()
-            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            members, workers = pipe.execute()
             queues = sorted(_queue_names(members))
             per_queue = 5
             pipe = client.pipeline(transaction=False)

@@ -126,6 +126,15 @@ def shown(value: Any) -> str:
 BATCH_SIZE_MAX = 10_000
 
 
+def check_flag(value: Any, name: str) -> bool:
+    """True or False, nothing else (a string "false" would be true)."""
+    if not isinstance(value, bool):
+        raise InvalidOption(
+            f"{name} must be True or False, not {type(value).__name__} {shown(value)}"
+        )
+    return value
+
+
 def check_batch_size(value: Any, name: str = "batch_size") -> int:
     return check_positive_int(value, name, maximum=BATCH_SIZE_MAX)
 
@@ -177,4 +186,5 @@ SETTING_VALIDATORS: dict[str, Callable[[Any], object]] = {
     "SAFETY_POLL": lambda v: check_positive(v, "SAFETY_POLL"),
     "SOCKET_TIMEOUT": lambda v: check_positive(v, "SOCKET_TIMEOUT", maximum=3600),
     "DEAD_MAX": lambda v: check_positive_int(v, "DEAD_MAX", maximum=100_000_000),
+    "REDIS_CLUSTER": lambda v: check_flag(v, "REDIS_CLUSTER"),
 }

@@ -85,7 +85,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-DELAYQUEUE = {"REDIS_URL": REDIS_URL}
+# REDIS_CLUSTER=true: REDIS_URL names a node of a Redis Cluster (then set CELERY_BROKER_URL to a
+# Redis or RabbitMQ broker of its own: Celery has no Cluster transport).
+DELAYQUEUE = {"REDIS_URL": REDIS_URL, "REDIS_CLUSTER": env.bool("REDIS_CLUSTER", default=False)}
 
 # How long a customer has to pay before the order is closed and its stock released.
 ORDER_PAYMENT_TIMEOUT = env.int("ORDER_PAYMENT_TIMEOUT", default=1800)

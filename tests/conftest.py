@@ -8,14 +8,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
 from celery import Celery
+from redis.cluster import RedisCluster
 
 import tests.fuzzing  # noqa: F401  (Hypothesis profiles, before any test module)
 from delayqueue.engine import clients as connection
+from delayqueue.engine.clients import ClusterClient
 from tests.processes import Process, child_env
 
 
@@ -31,22 +33,65 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: floa
         time.sleep(interval)
 
 
+TOPOLOGY = os.environ.get("DQ_TEST_TOPOLOGY", "single")
+
+
 def _test_redis(db: int = 0) -> redis.Redis:
+    """The suite's single server: db 0 is delayqueue's (on the single topology), db 1 the
+    Celery broker's."""
     return redis.Redis(
         port=int(os.environ["DQ_TEST_REDIS_PORT"]), db=db, decode_responses=True, socket_timeout=10
     )
 
 
-@pytest.fixture(autouse=True)
-def r() -> Iterator[redis.Redis]:
-    """The suite's Redis (delayqueue's database), empty at the start of every test."""
-    client = _test_redis()
-    if client.info("server")["run_id"] != os.environ["DQ_TEST_REDIS_RUN_ID"]:
+def delayqueue_redis() -> redis.Redis:
+    """A client of delayqueue's data wherever DQ_TEST_TOPOLOGY put it: the single server,
+    the Sentinel set's master, or the cluster (a RedisCluster, typed as the others)."""
+    if TOPOLOGY == "cluster":
+        cluster = ClusterClient.from_url(
+            os.environ["REDIS_URL"], decode_responses=True, socket_timeout=10
+        )
+        return cast(redis.Redis, cluster)
+    return redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, socket_timeout=10)
+
+
+def _flush(client: redis.Redis) -> None:
+    """Empty delayqueue's data: only on servers the suite started (their run ids)."""
+    ours = set(os.environ["DQ_TEST_RUN_IDS"].split(","))
+    if isinstance(client, RedisCluster):
+        nodes = client.get_primaries()
+        run_ids = client.info("server", target_nodes=nodes)
+        if any(info["run_id"] not in ours for info in run_ids.values()):
+            raise RuntimeError("refusing to flush a Redis the test suite did not start")
+        client.flushdb(target_nodes=nodes)
+        return
+    if client.info("server")["run_id"] not in ours:
         raise RuntimeError("refusing to flush a Redis the test suite did not start")
     client.flushdb()
+
+
+@pytest.fixture(autouse=True)
+def r() -> Iterator[redis.Redis]:
+    """delayqueue's Redis, empty at the start of every test."""
+    client = delayqueue_redis()
+    _flush(client)
     connection.reset()
     yield client
     client.close()
+
+
+def info_everywhere(client: redis.Redis, section: str) -> list[dict[str, Any]]:
+    """INFO ``section`` of delayqueue's server, or of every primary of the cluster."""
+    if isinstance(client, RedisCluster):
+        return list(client.info(section, target_nodes=client.get_primaries()).values())
+    return [client.info(section)]
+
+
+def only_on(*topologies: str) -> pytest.MarkDecorator:
+    """Skip a test on the other topologies (it sets up a Redis of its own, say)."""
+    return pytest.mark.skipif(
+        TOPOLOGY not in topologies, reason=f"needs the {' or '.join(topologies)} topology"
+    )
 
 
 def parked_broker_url() -> str:

@@ -10,13 +10,22 @@ import redis
 from celery import shared_task
 
 from delayqueue import delayed_task
+from delayqueue.engine.clients import ClusterClient
 
 RAN = "test:ran"
 
 
+def _client() -> redis.Redis:
+    """delayqueue's Redis, whatever its topology (tests/settings.py: DQ_TEST_TOPOLOGY)."""
+    if os.environ.get("REDIS_CLUSTER") == "true":
+        return ClusterClient.from_url(os.environ["REDIS_URL"])  # type: ignore[return-value]
+    return redis.Redis.from_url(os.environ["REDIS_URL"])
+
+
 def _report(kind: str, tag: str) -> None:
-    client = redis.Redis.from_url(os.environ["REDIS_URL"])
-    client.rpush(RAN, json.dumps({"kind": kind, "tag": tag, "at": time.time(), "pid": os.getpid()}))
+    with _client() as client:
+        report = {"kind": kind, "tag": tag, "at": time.time(), "pid": os.getpid()}
+        client.rpush(RAN, json.dumps(report))
 
 
 @delayed_task(queue="tests", max_attempts=3, backoff=0.05)
@@ -61,7 +70,7 @@ def deadline_probe(self: object, tag: str, seconds: float) -> None:
     """Reports how long its job has left in flight before it is reaped, then sleeps."""
     from delayqueue.engine.keys import queue_keys
 
-    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    client = _client()
     job_id = self.request.dq_id  # type: ignore[attr-defined]
     score = client.zscore(queue_keys("tests").inflight, job_id)
     _report("deadline", f"{tag} {(score or 0) / 1000 - time.time():.3f}")
@@ -75,6 +84,6 @@ def plain(tag: str) -> None:
 
 
 def ran(kind: str | None = None) -> list[dict[str, object]]:
-    client = redis.Redis.from_url(os.environ["REDIS_URL"])
-    runs = [json.loads(item) for item in client.lrange(RAN, 0, -1)]
+    with _client() as client:
+        runs = [json.loads(item) for item in client.lrange(RAN, 0, -1)]
     return [run for run in runs if kind is None or run["kind"] == kind]

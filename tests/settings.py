@@ -1,12 +1,21 @@
 """Settings of the test suite: the demo's settings on a redis-server and a SQLite file of
 the suite's own. Child processes (Celery worker, delay workers) inherit the environment and
 use the same server and database file. The process that starts the server removes it and
-its folders when it exits, is stopped by SIGTERM or dies (the server gets SIGTERM then)."""
+its folders when it exits, is stopped by SIGTERM or dies (the server gets SIGTERM then).
+
+``DQ_TEST_TOPOLOGY`` puts delayqueue's own data on another topology the suite starts itself:
+``cluster`` (3 masters, 3 replicas) or ``sentinel`` (a master, a replica, 3 sentinels). The
+Celery broker stays on the single server (Celery has no Cluster transport).
+tests/test_topologies.py runs the core test modules that way."""
 
 import functools
 import os
 import shutil
 import tempfile
+
+TOPOLOGY = os.environ.setdefault("DQ_TEST_TOPOLOGY", "single")
+if TOPOLOGY not in ("single", "cluster", "sentinel"):
+    raise RuntimeError(f"DQ_TEST_TOPOLOGY={TOPOLOGY!r}: single, cluster or sentinel")
 
 if "DQ_TEST_REDIS_PORT" not in os.environ:
     from tests.redis_server import RedisServer, cleanup_on_exit
@@ -19,9 +28,28 @@ if "DQ_TEST_REDIS_PORT" not in os.environ:
     os.environ["DQ_TEST_REDIS_PORT"] = str(_server.port)
     os.environ["DQ_TEST_REDIS_RUN_ID"] = str(_server.run_id)
     os.environ["DQ_TEST_DIR"] = _test_dir
+    os.environ["DQ_TEST_RUN_IDS"] = str(_server.run_id)
+    if TOPOLOGY == "cluster":
+        from tests.topologies import ClusterSet
+
+        _cluster = ClusterSet().start()
+        cleanup_on_exit(_cluster.cleanup)
+        os.environ["REDIS_URL"] = os.environ["DQ_TEST_DELAYQUEUE_URL"] = _cluster.url
+        os.environ["REDIS_CLUSTER"] = "true"
+        os.environ["DQ_TEST_RUN_IDS"] = ",".join(_cluster.run_ids().values())
+    elif TOPOLOGY == "sentinel":
+        from tests.topologies import SentinelSet
+
+        _sentinels = SentinelSet().start()
+        cleanup_on_exit(_sentinels.cleanup)
+        os.environ["DQ_TEST_DELAYQUEUE_URL"] = _sentinels.url
+        assert _sentinels.master is not None
+        os.environ["REDIS_URL"] = _sentinels.master.url  # the tests look there directly
+        os.environ["DQ_TEST_RUN_IDS"] = str(_sentinels.master.run_id)
 
 _port = os.environ["DQ_TEST_REDIS_PORT"]
-os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_port}/0"  # delayqueue: flushed between tests
+if TOPOLOGY == "single":  # delayqueue's data (flushed between tests) beside the broker's
+    os.environ["REDIS_URL"] = os.environ["DQ_TEST_DELAYQUEUE_URL"] = f"redis://127.0.0.1:{_port}/0"
 # Celery's queues (db 1: never flushed; chaos tests may point it at a broker of their own)
 os.environ["CELERY_BROKER_URL"] = os.environ.get(
     "DQ_TEST_BROKER_URL", f"redis://127.0.0.1:{_port}/1"
@@ -34,5 +62,9 @@ from orders_demo.settings import *  # noqa: E402,F403
 DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"]}  # noqa: F405
 CELERY_IMPORTS = ["tests.jobs"]
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
-DELAYQUEUE = {"REDIS_URL": os.environ["REDIS_URL"], "SAFETY_POLL": 2.0}
+DELAYQUEUE = {"REDIS_URL": os.environ["DQ_TEST_DELAYQUEUE_URL"], "SAFETY_POLL": 2.0}
+if TOPOLOGY == "cluster":
+    DELAYQUEUE["REDIS_CLUSTER"] = True
+elif TOPOLOGY == "sentinel":
+    DELAYQUEUE["SENTINEL_MASTER"] = "mymaster"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

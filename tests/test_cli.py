@@ -29,7 +29,7 @@ from delayqueue.engine.execution import run
 from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
-from tests.conftest import wait_for
+from tests.conftest import only_on, wait_for
 from tests.processes import ROOT, Process, child_env
 
 Q = "tests"
@@ -476,6 +476,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+@only_on("single")  # points the child at a closed port of the single server's kind
 @pytest.mark.parametrize(
     "args",
     [("status",), ("health",), ("purge-dead", Q, "--yes"), ("show", "01ARZ3NDEKTSV4RRFFQ69G5FAV")],

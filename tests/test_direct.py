@@ -13,6 +13,10 @@ from delayqueue import client as queue
 from delayqueue.engine import execution, transitions
 from delayqueue.engine.keys import queue_keys
 from tests import jobs
+from tests.conftest import only_on
+
+# On a cluster delay_for takes the cluster client's path (test_cluster.py says so).
+pytestmark = only_on("single", "sentinel")
 
 SCHEDULED = "dq:{tests}:scheduled"
 

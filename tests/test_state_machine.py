@@ -24,7 +24,7 @@ from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from delayqueue.engine.packing import SPEC_FIELDS
 from tests import jobs
-from tests.conftest import _test_redis
+from tests.conftest import delayqueue_redis
 from tests.fuzzing import examples
 from tests.stored import stored_job
 
@@ -54,7 +54,7 @@ pick = st.integers(min_value=0, max_value=10**6)
 class JobStateMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.redis = _test_redis()
+        self.redis = delayqueue_redis()
         self.keys = queue_keys(Q)
         self.jobs: dict[str, ModelJob] = {}
         self.dedupe: dict[str, str] = {}

@@ -8,27 +8,36 @@ credentials and database are the master's, ``SENTINEL_MASTER`` is kombu's ``mast
 and ``SENTINEL_KWARGS`` its ``sentinel_kwargs`` (options of the connections to the sentinels,
 their password say). The client is redis-py's ``Sentinel.master_for``: each new connection
 asks the sentinels where the master is, and a connection that finds the server it talks to
-demoted (READONLY) drops itself, so the next one goes to the new master."""
+demoted (READONLY) drops itself, so the next one goes to the new master.
+
+Redis Cluster is ``REDIS_CLUSTER: True`` with ``REDIS_URL`` naming any node: the client is
+redis-py's ``RedisCluster``, which learns the slot map from that node, sends each command to
+the master of its key's slot, groups a pipeline's commands by node, and follows MOVED
+replies and failovers. Every key of a queue carries the hash tag ``{queue}``
+(``engine/keys.py``), so each script touches one slot."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
+import redis
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis import Redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.connection import parse_url, to_bool
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from delayqueue.conf import SETTINGS_READ, get_settings
 from delayqueue.engine.keys import global_keys
-from delayqueue.errors import InvalidOption
+from delayqueue.errors import InvalidOption, RedisUnavailable
 from delayqueue.redaction import redact_url
 
 _lock = threading.Lock()
@@ -40,6 +49,7 @@ def _make_client(*, decode: bool) -> Redis:
     config = get_settings()
     return client_from_url(
         config.redis_url,
+        cluster=config.redis_cluster,
         sentinel_master=config.sentinel_master,
         sentinel_kwargs=config.sentinel_kwargs,
         decode_responses=decode,
@@ -52,6 +62,7 @@ def _make_client(*, decode: bool) -> Redis:
 def client_from_url(
     url: str,
     *,
+    cluster: bool = False,
     sentinel_master: str | None = None,
     sentinel_kwargs: Mapping[str, Any] | None = None,
     **options: Any,
@@ -59,15 +70,82 @@ def client_from_url(
     """A client for ``url``, or InvalidOption when redis-py cannot make a connection of it
     (an unknown query parameter, a bad port; for a ``sentinel://`` URL also no master name,
     no sentinel, bad sentinel options): said at once, not at the first command. Nothing
-    connects here."""
+    connects here, except for a cluster (see ``cluster_client``)."""
     if is_sentinel_url(url):
+        if cluster:
+            raise InvalidOption(
+                "REDIS_CLUSTER is set but REDIS_URL is a sentinel:// URL: a Redis Cluster "
+                "fails over by itself; name one of its nodes, redis://host:port/0"
+            )
         return _sentinel_client(url, sentinel_master, sentinel_kwargs, options)
+    if cluster:
+        check_cluster_url(url, options)
+        return cluster_client(url, options)
     try:
         client = Redis.from_url(url, **options)
         client.connection_pool.make_connection()  # builds it without connecting
     except (TypeError, ValueError) as exc:
         raise InvalidOption(f"REDIS_URL {redact_url(str(url))} is not usable: {exc}") from None
     return client
+
+
+# ---- Redis Cluster -------------------------------------------------------------------------
+
+
+def check_cluster_url(url: str, options: Mapping[str, Any] | None = None) -> None:
+    """InvalidOption unless ``url`` names a node as a cluster client can use it: redis:// or
+    rediss://, database 0 (a cluster has no other), options redis-py knows. Nothing
+    connects."""
+    shown = redact_url(str(url))
+    if not str(url).lower().startswith(("redis://", "rediss://")):
+        raise InvalidOption(
+            f"REDIS_URL {shown} is not a redis:// or rediss:// URL of a cluster node"
+        )
+    try:
+        found = parse_url(str(url))
+        Redis.from_url(str(url), **(options or {})).connection_pool.make_connection()
+    except (TypeError, ValueError) as exc:
+        raise InvalidOption(f"REDIS_URL {shown} is not usable: {exc}") from None
+    if int(found.get("db") or 0) != 0:
+        raise InvalidOption(
+            f"REDIS_URL {shown} names database {found['db']}: a Redis Cluster has database 0 only"
+        )
+
+
+def cluster_client(url: str, options: Mapping[str, Any]) -> Redis:
+    """redis-py's ``RedisCluster`` for the node ``url`` names. Unlike the other clients it
+    connects at once (to learn the slot map): RedisUnavailable when no node answers.
+
+    It is typed as ``Redis``: it speaks the same commands, pipelines and pub/sub, and the
+    few places that must tell them apart ask ``is_cluster``."""
+    options = {k: v for k, v in options.items() if k != "health_check_interval"}
+    try:
+        client = ClusterClient.from_url(url, **options)
+    except (redis.RedisError, RedisClusterException) as exc:
+        raise RedisUnavailable(
+            f"Redis Cluster at {redact_url(str(url))} did not answer ({exc})"
+        ) from None
+    return cast(Redis, client)
+
+
+class ClusterClient(RedisCluster):
+    """redis-py's ``RedisCluster`` whose ``close()`` also closes its connections to the
+    nodes: made from a URL, each node's client does not own its pool, so ``close()`` alone
+    leaves their sockets to the garbage collector."""
+
+    def close(self) -> None:
+        manager = getattr(self, "nodes_manager", None)  # None when __init__ failed
+        nodes = list(manager.nodes_cache.values()) if manager is not None else []
+        try:
+            super().close()
+        finally:
+            for node in nodes:
+                if node.redis_connection is not None:
+                    node.redis_connection.connection_pool.disconnect()
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, RedisCluster)
 
 
 # ---- Redis Sentinel ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from redis.commands.core import Script
 from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
-from delayqueue.engine.clients import get_redis, on_reset
+from delayqueue.engine.clients import get_redis, is_cluster, on_reset
 from delayqueue.engine.redis_errors import redis_errors, translate
 from delayqueue.engine.scripts import Scripts
 from delayqueue.engine.transitions import ReplyT, ScriptCall
@@ -97,7 +97,10 @@ def run_pipelined(
 def _execute(client: Redis, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        # execute_command, not pipe.evalsha: redis-py's cluster pipeline refuses the method
+        # (a script's keys may span slots, it says) yet routes the command by its keys. Each of
+        # ours has its keys in one slot; the pipeline sends each node its own calls.
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
     return pipe.execute(raise_on_error=False)
 
 
@@ -203,6 +206,10 @@ def run_direct(call: ScriptCall[ReplyT]) -> ReplyT:
     as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
     if not call.resend_safe:
         raise ValueError(f"the {call.script} script is not safe to send twice")
+    if is_cluster(get_redis()):
+        # A connection of our own would be to one node; the cluster client knows which
+        # master holds the call's slot and follows it through failovers and resharding.
+        return run(call)
     direct = _direct_connections()
     with redis_errors():
         reply = direct.run(get_scripts()[call.script], call.keys, call.args)
@@ -214,4 +221,7 @@ def warm_up() -> None:
     a web worker): the first job's round trip does not pay for them."""
     get_scripts()
     with redis_errors():
-        _direct_connections().open()
+        if is_cluster(get_redis()):
+            get_redis().ping()  # a connection to a node (the client has the slot map)
+        else:
+            _direct_connections().open()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
 
 from delayqueue.conf import get_settings
 from delayqueue.errors import (
@@ -30,7 +31,7 @@ class _RedisErrors:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
-        if isinstance(exc, redis.RedisError):
+        if isinstance(exc, redis.RedisError | RedisClusterException):
             raise translate(exc) from exc
 
 
@@ -63,7 +64,17 @@ def translate(exc: BaseException) -> DelayQueueError:
             return error(f"Redis at {safe_url()} refused the command ({code}): {text}")
     if "can't run this command" in text or "no permissions to access" in text:
         return RedisPermissionDenied(f"Redis at {safe_url()} refused the command (NOPERM): {text}")
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
+    # A cluster without a master for a slot (mid-failover), or one the client cannot reach
+    # or map, is as unavailable as a single Redis that does not answer.
+    unavailable = (
+        redis.ConnectionError,
+        redis.TimeoutError,
+        OSError,
+        RedisClusterException,
+        ClusterDownError,
+        TryAgainError,
+    )
+    if isinstance(exc, unavailable):
         return RedisUnavailable(
             f"Redis at {safe_url()} did not answer ({text}); nothing was changed if the "
             "call raised before Redis replied, and retrying is safe"
