@@ -28,6 +28,7 @@ from delayqueue.runner import resolve_task
 from delayqueue.schedule import Mode, to_due
 from delayqueue.signals import SENDER_CLIENT
 from delayqueue.validators import (
+    check_flag,
     check_key,
     check_max_attempts,
     check_on_conflict,
@@ -67,6 +68,7 @@ class JobSpec:
     ms: int
     on_conflict: OnConflict
     packed: str  # the spec as enqueue.lua stores it (delayqueue.engine.packing)
+    durable: bool | None = None  # wait for replicas (None: the task's, else DURABLE)
 
 
 def spec(
@@ -81,8 +83,10 @@ def spec(
     on_conflict: OnConflict = "keep",
     max_attempts: int | None = None,
     visibility_timeout: float | None = None,
+    durable: bool | None = None,
 ) -> JobSpec:
-    """Check everything about a job without writing it."""
+    """Check everything about a job without writing it. ``durable``: the write waits for
+    replicas (see ``enqueue``)."""
     config = get_settings()
     target = _target(task, queue, max_attempts, visibility_timeout, config)
     mode, ms = to_due(delay, eta)
@@ -92,7 +96,10 @@ def spec(
     check_on_conflict(on_conflict)
     packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "")
     job = Job(id=new_job_id(), queue=target.queue, task=target.name, key=key)
-    return JobSpec(job=job, mode=mode, ms=ms, on_conflict=on_conflict, packed=packed)
+    if durable is not None:
+        check_flag(durable, "durable")
+    durable = _first_given(durable, target.durable)
+    return JobSpec(job, mode, ms, on_conflict, packed, durable)
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,7 @@ class _Target:
     queue: str
     attempts: str
     vt: str  # visibility timeout ms, or "" for the worker's default
+    durable: bool | None  # the task's durable=, if it says
 
 
 _targets: dict[tuple[Any, ...], _Target] = {}
@@ -150,7 +158,8 @@ def _check_target(
     )
     timeout = _first_given(visibility_timeout, getattr(task_obj, "dq_visibility_timeout", None))
     vt = "" if timeout is None else str(round(check_visibility_timeout(timeout) * 1000))
-    return _Target(task, config, name, queue, str(attempts), vt)
+    durable = getattr(task_obj, "dq_durable", None)
+    return _Target(task, config, name, queue, str(attempts), vt, durable)
 
 
 def _first_given(*values: Any) -> Any:
@@ -181,7 +190,7 @@ def spec_many(
         _positional(args, index)
         packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
         job = Job(id=new_job_id(), queue=first.job.queue, task=first.job.task)
-        specs.append(JobSpec(job, first.mode, first.ms, "keep", packed))
+        specs.append(JobSpec(job, first.mode, first.ms, "keep", packed, first.durable))
     return specs
 
 
@@ -211,14 +220,25 @@ def _apply_reply(job: Job, reply: transitions.Enqueued) -> None:
 BATCH = 500  # jobs per enqueue call
 
 
+def _durable(specs: list[JobSpec]) -> bool | None:
+    """One write's durability: waits when any of its jobs asks to; None leaves it to the
+    DURABLE setting."""
+    wanted = {s.durable for s in specs}
+    if True in wanted:
+        return True
+    return False if wanted == {False} else None
+
+
 def _write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     """Write jobs: one on the direct connection, more in one round trip (their lines at
-    ``each_level``, with one line per batch when that is DEBUG)."""
+    ``each_level``, with one line per batch when that is DEBUG). Durable ones wait for
+    replicas in the same round trip (engine/execution.py)."""
+    durable = _durable(specs)
     with redis_errors():
         for queue in {s.job.queue for s in specs}:
             remember_queue(queue)
     if len(specs) == 1:  # the latency path: delay_for() in a request
-        reply = run_direct(_enqueue_call(specs))[0]
+        reply = run_direct(_enqueue_call(specs), durable=durable)[0]
         _apply_reply(specs[0].job, reply)
         _scheduled(specs[0].job, reply)
         return
@@ -230,7 +250,7 @@ def _write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
         for group in by_queue.values()
         for start in range(0, len(group), BATCH)
     ]
-    replies = run_all([_enqueue_call(chunk) for chunk in chunks])
+    replies = run_all([_enqueue_call(chunk) for chunk in chunks], durable=durable)
     each = events.scheduled_wanted(each_level)  # a line or a signal per job
     for chunk, reply in zip(chunks, replies, strict=True):
         outcomes: dict[str, int] = {}
@@ -307,6 +327,7 @@ def enqueue(
     visibility_timeout: float | None = None,
     on_commit: bool = True,
     using: str | None = None,
+    durable: bool | None = None,
 ) -> Job:
     """Schedule any Celery task (object or registered name) to run after ``delay`` or at ``eta``.
 
@@ -314,6 +335,9 @@ def enqueue(
     idempotent: while a job with that key is scheduled, "keep" leaves it as it is and "replace"
     moves it to the new due time with the new arguments (debounce). With ``on_commit`` (the
     default) the job is written when the current transaction commits, and never on rollback.
+    With ``durable`` (default: the task's ``durable``, else the DURABLE setting) the call
+    returns only once a replica has the job (Redis WAIT), or raises NotDurable: a failover
+    then cannot lose a job the caller was told about.
     """
     s = spec(
         task,
@@ -326,6 +350,7 @@ def enqueue(
         on_conflict=on_conflict,
         max_attempts=max_attempts,
         visibility_timeout=visibility_timeout,
+        durable=durable,
     )
     _submit([s], on_commit, using)
     return s.job
@@ -347,11 +372,14 @@ def delay_many(
     return [s.job for s in batch]
 
 
-def cancel(queue: str, job_id: str | None = None, *, key: str | None = None) -> bool:
-    """Remove a job that is still scheduled, by id or dedupe key; whether one was removed."""
+def cancel(
+    queue: str, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
+) -> bool:
+    """Remove a job that is still scheduled, by id or dedupe key; whether one was removed.
+    ``durable``: as for ``enqueue`` (None: the DURABLE setting)."""
     keys = queue_keys(check_queue_name(queue))
     job_id, key = _id_or_key(job_id, key)
-    cancelled = run(transitions.cancel(keys, job_id=job_id, key=key))
+    cancelled = run(transitions.cancel(keys, job_id=job_id, key=key), durable=_flag(durable))
     if cancelled.removed:
         events.cancelled(SENDER_CLIENT, queue, cancelled.id, key or None)
     return cancelled.removed
@@ -364,12 +392,15 @@ def reschedule(
     key: str | None = None,
     delay: float | timedelta | None = None,
     eta: datetime | None = None,
+    durable: bool | None = None,
 ) -> Job | None:
-    """Move a scheduled job to a new due time; None when no such job is scheduled."""
+    """Move a scheduled job to a new due time; None when no such job is scheduled.
+    ``durable``: as for ``enqueue`` (None: the DURABLE setting)."""
     keys = queue_keys(check_queue_name(queue))
     job_id, key = _id_or_key(job_id, key)
     mode, ms = to_due(delay, eta)
-    moved = run(transitions.reschedule(keys, job_id=job_id, key=key, mode=mode, ms=ms))
+    call = transitions.reschedule(keys, job_id=job_id, key=key, mode=mode, ms=ms)
+    moved = run(call, durable=_flag(durable))
     if moved.due_ms is None:
         return None
     found_id = moved.id
@@ -388,6 +419,10 @@ def reschedule(
         due_at=datetime.fromtimestamp(moved.due_ms / 1000, tz=UTC),
         state="scheduled",
     )
+
+
+def _flag(durable: bool | None) -> bool | None:
+    return None if durable is None else check_flag(durable, "durable")
 
 
 def _id_or_key(job_id: str | None, key: str | None) -> tuple[str, str]:

@@ -26,6 +26,12 @@ DEFAULTS: dict[str, Any] = {
     # Redis Cluster: REDIS_URL names any node ("redis://host:port/0", database 0); the client
     # asks it for the others and for the slot map, and follows the cluster through failovers.
     "REDIS_CLUSTER": False,
+    # Every write waits until DURABLE_REPLICAS replicas have it (Redis WAIT), at most
+    # DURABLE_TIMEOUT seconds, else NotDurable: a failover then loses no acknowledged write.
+    # Per call and per task: durable=True.
+    "DURABLE": False,
+    "DURABLE_REPLICAS": 1,
+    "DURABLE_TIMEOUT": 1.0,
     # Prefix of every key (see engine/keys.py). Change it to share one Redis between projects.
     "KEY_PREFIX": "dq",
     # Queue a task goes to when @delayed_task / enqueue() name none.
@@ -79,6 +85,9 @@ class Settings:
     sentinel_master: str | None
     sentinel_kwargs: dict[str, Any] | None
     redis_cluster: bool
+    durable: bool
+    durable_replicas: int
+    durable_timeout: float
     key_prefix: str
     default_queue: str
     batch_size: int

@@ -13,7 +13,12 @@ from delayqueue.engine.keys import check_queue_name
 from delayqueue.errors import InvalidOption
 from delayqueue.runner import Backoff, dispatch_headers, run_job
 from delayqueue.schedule import delay_seconds
-from delayqueue.validators import check_backoff, check_max_attempts, check_visibility_timeout
+from delayqueue.validators import (
+    check_backoff,
+    check_flag,
+    check_max_attempts,
+    check_visibility_timeout,
+)
 
 MAX_BATCH = 1_000  # jobs in one batch message
 
@@ -22,8 +27,9 @@ class DelayedTask(Task[Any, Any]):
     """Base class of tasks made by ``@delayed_task``.
 
     The scheduling methods reserve the keywords ``seconds``, ``minutes``, ``hours``, ``days``,
-    ``delta``, ``eta``, ``key``, ``on_conflict`` and ``on_commit``; a function that takes
-    those names itself is scheduled with ``delayqueue.enqueue(task, args, kwargs, ...)``.
+    ``delta``, ``eta``, ``key``, ``on_conflict``, ``on_commit`` and ``durable``; a function
+    that takes those names itself is scheduled with ``delayqueue.enqueue(task, args, kwargs,
+    ...)``.
     """
 
     dq_queue: str | None = None
@@ -31,6 +37,7 @@ class DelayedTask(Task[Any, Any]):
     dq_backoff: Backoff | None = None
     dq_visibility_timeout: float | None = None
     dq_batch: int | None = None  # jobs per Celery message; None: batches only under a backlog
+    dq_durable: bool | None = None  # its jobs' writes wait for replicas; None: DURABLE decides
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dispatch = dispatch_headers(self.request)
@@ -53,12 +60,20 @@ class DelayedTask(Task[Any, Any]):
         key: str | None = None,
         on_conflict: client.OnConflict = "keep",
         on_commit: bool = True,
+        durable: bool | None = None,
         **kwargs: Any,
     ) -> client.Job:
         """Run ``self(*args, **kwargs)`` once the given delay has passed."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
         return client.enqueue(
-            self, args, kwargs, delay=delay, key=key, on_conflict=on_conflict, on_commit=on_commit
+            self,
+            args,
+            kwargs,
+            delay=delay,
+            key=key,
+            on_conflict=on_conflict,
+            on_commit=on_commit,
+            durable=durable,
         )
 
     def delay_until(
@@ -68,11 +83,19 @@ class DelayedTask(Task[Any, Any]):
         key: str | None = None,
         on_conflict: client.OnConflict = "keep",
         on_commit: bool = True,
+        durable: bool | None = None,
         **kwargs: Any,
     ) -> client.Job:
         """Run ``self(*args, **kwargs)`` at ``eta`` (an aware datetime)."""
         return client.enqueue(
-            self, args, kwargs, eta=eta, key=key, on_conflict=on_conflict, on_commit=on_commit
+            self,
+            args,
+            kwargs,
+            eta=eta,
+            key=key,
+            on_conflict=on_conflict,
+            on_commit=on_commit,
+            durable=durable,
         )
 
     def delay_many(
@@ -85,16 +108,24 @@ class DelayedTask(Task[Any, Any]):
         days: float | None = None,
         delta: timedelta | None = None,
         on_commit: bool = True,
+        durable: bool | None = None,
     ) -> list[client.Job]:
         """Schedule one job per args tuple in ``calls``, all with the same delay, in one
         round trip."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
         specs = client.spec_many(self, calls, delay=delay)
+        if durable is not None:
+            check_flag(durable, "durable")
+            for s in specs:
+                s.durable = durable
         return client.delay_many(specs, on_commit=on_commit)
 
-    def cancel(self, job_id: str | None = None, *, key: str | None = None) -> bool:
+    def cancel(
+        self, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
+    ) -> bool:
         """Remove this task's scheduled job (by id or dedupe key); whether one was removed."""
-        return client.cancel(self.delay_queue, job_id, key=key)
+        durable = self.dq_durable if durable is None else durable
+        return client.cancel(self.delay_queue, job_id, key=key, durable=durable)
 
     def reschedule(
         self,
@@ -107,14 +138,18 @@ class DelayedTask(Task[Any, Any]):
         days: float | None = None,
         delta: timedelta | None = None,
         eta: datetime | None = None,
+        durable: bool | None = None,
     ) -> client.Job | None:
         """Move a scheduled job to a new due time; None when it is no longer scheduled."""
+        durable = self.dq_durable if durable is None else durable
         delay = None
         if eta is None:
             delay = delay_seconds(
                 seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
             )
-        return client.reschedule(self.delay_queue, job_id, key=key, delay=delay, eta=eta)
+        return client.reschedule(
+            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
+        )
 
 
 @overload
@@ -127,6 +162,7 @@ def delayed_task(
     backoff: Backoff | None = None,
     visibility_timeout: float | None = None,
     batch: int | None = None,
+    durable: bool | None = None,
     **celery_options: Any,
 ) -> Callable[[Callable[..., Any]], DelayedTask]: ...
 def delayed_task(
@@ -138,6 +174,7 @@ def delayed_task(
     backoff: Backoff | None = None,
     visibility_timeout: float | None = None,
     batch: int | None = None,
+    durable: bool | None = None,
     **celery_options: Any,
 ) -> DelayedTask | Callable[[Callable[..., Any]], DelayedTask]:
     """Make a plain function a Celery task that can also be run later:
@@ -152,6 +189,8 @@ def delayed_task(
     each acked or retried on its own (docs/design.md, "Batched hand-off"). 1: one job per
     message always. Unset: batches of up to 128 when 64 or more of the task's jobs are due at once,
     unless the task sets a Celery time or rate limit.
+    durable: scheduling, cancelling and rescheduling its jobs wait until a replica has the
+    write (Redis WAIT), else NotDurable (default DELAYQUEUE["DURABLE"]).
     Other keywords go to Celery's ``shared_task``.
     """
     if queue is not None:
@@ -161,6 +200,8 @@ def delayed_task(
     if visibility_timeout is not None:
         check_visibility_timeout(visibility_timeout)
     check_backoff(backoff)
+    if durable is not None:
+        check_flag(durable, "durable")
     if batch is not None and (
         isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH
     ):
@@ -174,6 +215,7 @@ def delayed_task(
             dq_backoff=staticmethod(backoff) if callable(backoff) else backoff,
             dq_visibility_timeout=visibility_timeout,
             dq_batch=batch,
+            dq_durable=durable,
             **celery_options,
         )(function)
         return task

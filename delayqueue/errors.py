@@ -70,5 +70,11 @@ class RedisMisconfigured(RedisError):
     """Redis refused a write because it cannot persist (MISCONF: a failed RDB/AOF write)."""
 
 
+class NotDurable(RedisError):
+    """A durable write (``durable=True``, ``DURABLE``) reached the master, but fewer replicas
+    than ``DURABLE_REPLICAS`` acknowledged it within ``DURABLE_TIMEOUT`` (Redis ``WAIT``).
+    It is written: a failover before a replica copies it could lose it."""
+
+
 class RedisLoading(RedisUnavailable):
     """Redis is loading its dataset into memory (LOADING). Retrying later is safe."""

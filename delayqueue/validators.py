@@ -187,4 +187,7 @@ SETTING_VALIDATORS: dict[str, Callable[[Any], object]] = {
     "SOCKET_TIMEOUT": lambda v: check_positive(v, "SOCKET_TIMEOUT", maximum=3600),
     "DEAD_MAX": lambda v: check_positive_int(v, "DEAD_MAX", maximum=100_000_000),
     "REDIS_CLUSTER": lambda v: check_flag(v, "REDIS_CLUSTER"),
+    "DURABLE": lambda v: check_flag(v, "DURABLE"),
+    "DURABLE_REPLICAS": lambda v: check_positive_int(v, "DURABLE_REPLICAS", maximum=16),
+    "DURABLE_TIMEOUT": lambda v: check_positive(v, "DURABLE_TIMEOUT", maximum=60),
 }

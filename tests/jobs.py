@@ -87,3 +87,9 @@ def ran(kind: str | None = None) -> list[dict[str, object]]:
     with _client() as client:
         runs = [json.loads(item) for item in client.lrange(RAN, 0, -1)]
     return [run for run in runs if kind is None or run["kind"] == kind]
+
+
+@delayed_task(queue="tests", durable=True)
+def durable_record(tag: str) -> None:
+    """Its jobs' writes wait for a replica (Redis WAIT)."""
+    _report("durable", tag)

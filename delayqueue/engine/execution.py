@@ -1,13 +1,18 @@
 """Running the calls ``transitions`` builds: one at a time, many in one round trip, or on
 the direct connections (only calls safe to resend). Scripts are registered once per client
-and run by SHA; a script Redis lost (restart, SCRIPT FLUSH) is loaded again."""
+and run by SHA; a script Redis lost (restart, SCRIPT FLUSH) is loaded again.
+
+A durable call (``durable=True``, or the ``DURABLE`` setting) is followed by ``WAIT`` in
+the same round trip and on the same connection (on a cluster, one per node the calls went
+to): it returns when ``DURABLE_REPLICAS`` replicas have everything the connection wrote."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import redis
 from hiredis import pack_command
@@ -16,12 +21,14 @@ from redis.commands.core import Script
 from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
+from delayqueue.conf import get_settings
 from delayqueue.engine.clients import get_redis, is_cluster, on_reset
 from delayqueue.engine.redis_errors import redis_errors, translate
 from delayqueue.engine.scripts import Scripts
 from delayqueue.engine.transitions import ReplyT, ScriptCall
-from delayqueue.errors import DelayQueueError
+from delayqueue.errors import DelayQueueError, NotDurable
 
+logger = logging.getLogger("delayqueue")
 _lock = threading.Lock()
 _scripts: Scripts | None = None
 _direct: DirectConnections | None = None
@@ -43,65 +50,137 @@ def _forget() -> None:
         _scripts, _direct = None, None
 
 
-def run(call: ScriptCall[ReplyT], client: Redis | None = None) -> ReplyT:
+class Wait(NamedTuple):
+    """``WAIT replicas timeout_ms`` after a durable call."""
+
+    replicas: int
+    timeout_ms: int
+
+
+def durability(durable: bool | None = None) -> Wait | None:
+    """The WAIT a call makes: ``durable`` when given, else the ``DURABLE`` setting's."""
+    config = get_settings()
+    if not (config.durable if durable is None else durable):
+        return None
+    return Wait(int(config.durable_replicas), round(float(config.durable_timeout) * 1000))
+
+
+def run(
+    call: ScriptCall[ReplyT], client: Redis | None = None, *, durable: bool | None = None
+) -> ReplyT:
     """Run one script call (EVALSHA, loading the script when Redis lost it) and read its
-    reply; Redis's errors as delayqueue's (see ``translate``)."""
+    reply; Redis's errors as delayqueue's (see ``translate``). Durable: NotDurable when the
+    replicas did not acknowledge it in time (it is written)."""
+    wait = durability(durable)
+    if wait is not None:
+        (reply,) = run_many([call], client, durable=True, strict=True)
+        if isinstance(reply, DelayQueueError):
+            raise reply
+        return cast(ReplyT, reply)
     script = get_scripts()[call.script]
     with redis_errors():
         reply = script(keys=call.keys, args=call.args, client=client or get_redis())
     return call.parse(reply)
 
 
-def run_many(calls: Sequence[ScriptCall[Any]], client: Redis | None = None) -> list[Any]:
+def run_many(
+    calls: Sequence[ScriptCall[Any]],
+    client: Redis | None = None,
+    *,
+    durable: bool | None = None,
+    strict: bool = False,
+) -> list[Any]:
     """Run many script calls in one round trip; each item of the result is the call's read
-    reply, or the DelayQueueError its script raised (the other calls still ran)."""
+    reply, or the DelayQueueError its script raised (the other calls still ran).
+
+    Durable, replicas that did not acknowledge in time are NotDurable when ``strict`` (a
+    caller's write), else a warning in the log (the worker's own writes: the jobs it claimed
+    must still be dispatched; a failover would only run them again)."""
     if not calls:
         return []
     scripts = get_scripts()
+    wait = durability(durable)
     with redis_errors():
-        replies = run_pipelined([(scripts[c.script], c.keys, c.args) for c in calls], client)
+        replies, acked = run_pipelined(
+            [(scripts[c.script], c.keys, c.args) for c in calls], client, wait
+        )
+    if wait is not None and acked < wait.replicas:
+        short = NotDurable(
+            f"{_count(len(calls), 'write')} reached the master but {acked} of {wait.replicas} "
+            f"replicas acknowledged them within {wait.timeout_ms} ms (WAIT): they are written, "
+            "and a failover before a replica copies them could lose them (DURABLE needs "
+            "replicas: Sentinel, Cluster or a managed Redis with replicas)"
+        )
+        if strict:
+            raise short
+        logger.warning("%s", short)
     return [
         translate(reply) if isinstance(reply, Exception) else call.parse(reply)
         for call, reply in zip(calls, replies, strict=True)
     ]
 
 
-def run_all(calls: Sequence[ScriptCall[Any]], client: Redis | None = None) -> list[Any]:
-    """``run_many``, raising the first error instead of returning it."""
-    replies = run_many(calls, client)
+def _count(n: int, noun: str) -> str:
+    return f"1 {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def run_all(
+    calls: Sequence[ScriptCall[Any]], client: Redis | None = None, *, durable: bool | None = None
+) -> list[Any]:
+    """``run_many``, raising the first error instead of returning it (NotDurable too)."""
+    replies = run_many(calls, client, durable=durable, strict=True)
     for reply in replies:
         if isinstance(reply, DelayQueueError):
             raise reply
     return replies
 
 
+Call = tuple[Script, list[str], list[Any]]
+
+
 def run_pipelined(
-    calls: list[tuple[Script, list[str], list[Any]]], client: Redis | None = None
-) -> list[Any]:
+    calls: list[Call], client: Redis | None = None, wait: Wait | None = None
+) -> tuple[list[Any], int]:
     """Run many script calls in one round trip (EVALSHA), loading a script only when Redis
     has lost it (restart, SCRIPT FLUSH). Errors of single calls come back as exceptions.
+    With ``wait``, WAIT follows in the same round trip; the second item is the fewest
+    replicas that acknowledged (``wait.replicas`` without a wait).
 
     Only the calls Redis refused for a missing script are sent again: the others already
     ran, and running them twice would lose their replies (a claim's jobs, say)."""
     client = client or get_redis()
-    replies = _execute(client, calls)
+    replies, acked = _execute(client, calls, wait)
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if missing:
         for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
             client.script_load(script.script)
-        for i, reply in zip(missing, _execute(client, [calls[i] for i in missing]), strict=True):
+        again, acked_again = _execute(client, [calls[i] for i in missing], wait)
+        acked = min(acked, acked_again)
+        for i, reply in zip(missing, again, strict=True):
             replies[i] = reply
-    return replies
+    return replies, acked
 
 
-def _execute(client: Redis, calls: list[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+def _execute(client: Redis, calls: list[Call], wait: Wait | None) -> tuple[list[Any], int]:
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
         # execute_command, not pipe.evalsha: redis-py's cluster pipeline refuses the method
         # (a script's keys may span slots, it says) yet routes the command by its keys. Each of
         # ours has its keys in one slot; the pipeline sends each node its own calls.
         pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-    return pipe.execute(raise_on_error=False)
+    if wait is None:
+        return pipe.execute(raise_on_error=False), 0
+    waits = 1
+    if is_cluster(client):  # one WAIT per node, on the connection its calls went on
+        nodes = {n.name: n for n in (client.get_node_from_key(keys[0]) for _, keys, _ in calls)}  # type: ignore[attr-defined]
+        for node in nodes.values():
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, target_nodes=node)
+        waits = len(nodes)
+    else:
+        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+    replies = pipe.execute(raise_on_error=False)
+    acked = [reply if isinstance(reply, int) else 0 for reply in replies[-waits:]]
+    return replies[:-waits], min(acked)
 
 
 class DirectConnections:
@@ -201,15 +280,16 @@ def _direct_connections() -> DirectConnections:
     return _direct
 
 
-def run_direct(call: ScriptCall[ReplyT]) -> ReplyT:
+def run_direct(call: ScriptCall[ReplyT], *, durable: bool | None = None) -> ReplyT:
     """One script call on a connection of ``DirectConnections`` (same server and settings
     as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
     if not call.resend_safe:
         raise ValueError(f"the {call.script} script is not safe to send twice")
-    if is_cluster(get_redis()):
+    if is_cluster(get_redis()) or durability(durable) is not None:
         # A connection of our own would be to one node; the cluster client knows which
         # master holds the call's slot and follows it through failovers and resharding.
-        return run(call)
+        # A durable call's WAIT goes in the same round trip (``run``).
+        return run(call, durable=durable)
     direct = _direct_connections()
     with redis_errors():
         reply = direct.run(get_scripts()[call.script], call.keys, call.args)
