@@ -22,6 +22,7 @@ from delayqueue.engine.execution import run, run_all, run_direct
 from delayqueue.engine.keys import check_job_id, check_queue_name, new_job_id, queue_keys
 from delayqueue.engine.packing import job_fields, pack
 from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.shards import logical, shard_count, shard_for, shard_names
 from delayqueue.errors import InvalidJobId, NotSerializable, UnknownTask
 from delayqueue.payload import encode_args
 from delayqueue.runner import resolve_task
@@ -95,7 +96,10 @@ def spec(
         check_key(key)
     check_on_conflict(on_conflict)
     packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "")
-    job = Job(id=new_job_id(), queue=target.queue, task=target.name, key=key)
+    job_id = new_job_id()
+    # a sharded queue's job lives in the shard its key (else its id) hashes to
+    queue = shard_for(target.queue, key or job_id) if target.sharded else target.queue
+    job = Job(id=job_id, queue=queue, task=target.name, key=key)
     if durable is not None:
         check_flag(durable, "durable")
     durable = _first_given(durable, target.durable)
@@ -113,6 +117,7 @@ class _Target:
     attempts: str
     vt: str  # visibility timeout ms, or "" for the worker's default
     durable: bool | None  # the task's durable=, if it says
+    sharded: bool  # the queue has shards (engine/shards.py)
 
 
 _targets: dict[tuple[Any, ...], _Target] = {}
@@ -159,7 +164,8 @@ def _check_target(
     timeout = _first_given(visibility_timeout, getattr(task_obj, "dq_visibility_timeout", None))
     vt = "" if timeout is None else str(round(check_visibility_timeout(timeout) * 1000))
     durable = getattr(task_obj, "dq_durable", None)
-    return _Target(task, config, name, queue, str(attempts), vt, durable)
+    sharded = shard_count(queue) > 1
+    return _Target(task, config, name, queue, str(attempts), vt, durable, sharded)
 
 
 def _first_given(*values: Any) -> Any:
@@ -186,10 +192,14 @@ def spec_many(
     head, _, tail = first.packed.split("\n", 2)  # task name, args, the rest
     max_bytes = int(get_settings().max_payload_bytes)
     specs = [first]
+    queue = logical(first.job.queue)
+    sharded = shard_count(queue) > 1
     for index, args in enumerate(rest, 1):
         _positional(args, index)
         packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
-        job = Job(id=new_job_id(), queue=first.job.queue, task=first.job.task)
+        job_id = new_job_id()
+        shard = shard_for(queue, job_id) if sharded else first.job.queue
+        job = Job(id=job_id, queue=shard, task=first.job.task)
         specs.append(JobSpec(job, first.mode, first.ms, "keep", packed, first.durable))
     return specs
 
@@ -377,12 +387,26 @@ def cancel(
 ) -> bool:
     """Remove a job that is still scheduled, by id or dedupe key; whether one was removed.
     ``durable``: as for ``enqueue`` (None: the DURABLE setting)."""
-    keys = queue_keys(check_queue_name(queue))
     job_id, key = _id_or_key(job_id, key)
-    cancelled = run(transitions.cancel(keys, job_id=job_id, key=key), durable=_flag(durable))
-    if cancelled.removed:
-        events.cancelled(SENDER_CLIENT, queue, cancelled.id, key or None)
-    return cancelled.removed
+    shards = _shards_to_ask(check_queue_name(queue), key)
+    calls = [transitions.cancel(queue_keys(q), job_id=job_id, key=key) for q in shards]
+    if len(calls) == 1:
+        replies = [run(calls[0], durable=_flag(durable))]
+    else:
+        replies = run_all(calls, durable=_flag(durable))
+    for shard, cancelled in zip(shards, replies, strict=True):
+        if cancelled.removed:
+            events.cancelled(SENDER_CLIENT, shard, cancelled.id, key or None)
+            return True
+    return False
+
+
+def _shards_to_ask(queue: str, key: str) -> list[str]:
+    """Where a job of ``queue`` may be: the shard its key hashes to, else (by id) every
+    shard; a queue without shards, or a shard named itself, is the one place."""
+    if shard_count(queue) == 1:
+        return [queue]
+    return [shard_for(queue, key)] if key else shard_names(queue)
 
 
 def reschedule(
@@ -396,13 +420,26 @@ def reschedule(
 ) -> Job | None:
     """Move a scheduled job to a new due time; None when no such job is scheduled.
     ``durable``: as for ``enqueue`` (None: the DURABLE setting)."""
-    keys = queue_keys(check_queue_name(queue))
     job_id, key = _id_or_key(job_id, key)
     mode, ms = to_due(delay, eta)
-    call = transitions.reschedule(keys, job_id=job_id, key=key, mode=mode, ms=ms)
-    moved = run(call, durable=_flag(durable))
-    if moved.due_ms is None:
+    shards = _shards_to_ask(check_queue_name(queue), key)
+    calls = [
+        transitions.reschedule(queue_keys(q), job_id=job_id, key=key, mode=mode, ms=ms)
+        for q in shards
+    ]
+    if len(calls) == 1:
+        replies = [run(calls[0], durable=_flag(durable))]
+    else:
+        replies = run_all(calls, durable=_flag(durable))
+    found = [
+        (q, moved) for q, moved in zip(shards, replies, strict=True) if moved.due_ms is not None
+    ]
+    if not found:
         return None
+    queue, moved = found[0]
+    if moved.due_ms is None:
+        return None  # (not so: found holds due times only; for the type checker)
+    keys = queue_keys(queue)
     found_id = moved.id
     events.rescheduled(SENDER_CLIENT, queue, found_id, moved.due_ms, key or None)
     with redis_errors():

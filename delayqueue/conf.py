@@ -32,6 +32,9 @@ DEFAULTS: dict[str, Any] = {
     "DURABLE": False,
     "DURABLE_REPLICAS": 1,
     "DURABLE_TIMEOUT": 1.0,
+    # Sharded queues, {"orders": 8}: a queue spread over 8 queues "orders~0".."orders~7" (on a
+    # cluster, over its masters). Tasks may declare it too: @delayed_task(shards=8).
+    "SHARDS": None,
     # Prefix of every key (see engine/keys.py). Change it to share one Redis between projects.
     "KEY_PREFIX": "dq",
     # Queue a task goes to when @delayed_task / enqueue() name none.
@@ -88,6 +91,7 @@ class Settings:
     durable: bool
     durable_replicas: int
     durable_timeout: float
+    shards: dict[str, int] | None
     key_prefix: str
     default_queue: str
     batch_size: int

@@ -10,6 +10,7 @@ from celery import Task, shared_task
 
 from delayqueue import client
 from delayqueue.engine.keys import check_queue_name
+from delayqueue.engine.shards import check_shards, declare
 from delayqueue.errors import InvalidOption
 from delayqueue.runner import Backoff, dispatch_headers, run_job
 from delayqueue.schedule import delay_seconds
@@ -38,6 +39,7 @@ class DelayedTask(Task[Any, Any]):
     dq_visibility_timeout: float | None = None
     dq_batch: int | None = None  # jobs per Celery message; None: batches only under a backlog
     dq_durable: bool | None = None  # its jobs' writes wait for replicas; None: DURABLE decides
+    dq_shards: int | None = None  # its queue's shards (engine/shards.py)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dispatch = dispatch_headers(self.request)
@@ -163,6 +165,7 @@ def delayed_task(
     visibility_timeout: float | None = None,
     batch: int | None = None,
     durable: bool | None = None,
+    shards: int | None = None,
     **celery_options: Any,
 ) -> Callable[[Callable[..., Any]], DelayedTask]: ...
 def delayed_task(
@@ -175,6 +178,7 @@ def delayed_task(
     visibility_timeout: float | None = None,
     batch: int | None = None,
     durable: bool | None = None,
+    shards: int | None = None,
     **celery_options: Any,
 ) -> DelayedTask | Callable[[Callable[..., Any]], DelayedTask]:
     """Make a plain function a Celery task that can also be run later:
@@ -191,6 +195,8 @@ def delayed_task(
     unless the task sets a Celery time or rate limit.
     durable: scheduling, cancelling and rescheduling its jobs wait until a replica has the
     write (Redis WAIT), else NotDurable (default DELAYQUEUE["DURABLE"]).
+    shards: spread the task's queue over this many queues (on a cluster, over its masters);
+    every task of the queue must say the same (or DELAYQUEUE["SHARDS"] says it once).
     Other keywords go to Celery's ``shared_task``.
     """
     if queue is not None:
@@ -202,12 +208,16 @@ def delayed_task(
     check_backoff(backoff)
     if durable is not None:
         check_flag(durable, "durable")
+    if shards is not None:
+        check_shards(shards)
     if batch is not None and (
         isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH
     ):
         raise InvalidOption(f"batch must be an integer from 1 to {MAX_BATCH}, not {batch!r}")
 
     def wrap(function: Callable[..., Any]) -> DelayedTask:
+        if shards is not None:  # refused before the task exists: no half-made task
+            declare(queue or str(client.get_settings().default_queue), shards)
         task: DelayedTask = shared_task(
             base=DelayedTask,
             dq_queue=queue,
@@ -216,6 +226,7 @@ def delayed_task(
             dq_visibility_timeout=visibility_timeout,
             dq_batch=batch,
             dq_durable=durable,
+            dq_shards=shards,
             **celery_options,
         )(function)
         return task

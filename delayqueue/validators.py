@@ -135,6 +135,22 @@ def check_flag(value: Any, name: str) -> bool:
     return value
 
 
+def check_shard_map(value: Any, name: str = "SHARDS") -> dict[str, int] | None:
+    """None, or a dict of queue name -> shards (1-1024)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidOption(f"{name} must be a dict of queue name -> shards, not {shown(value)}")
+    for queue, count in value.items():
+        if not isinstance(queue, str) or not queue or "~" in queue:
+            raise InvalidOption(f"{name}: {shown(queue)} is not a queue name")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1024:
+            raise InvalidOption(
+                f"{name}[{queue!r}] must be an integer from 1 to 1024, not {shown(count)}"
+            )
+    return value
+
+
 def check_batch_size(value: Any, name: str = "batch_size") -> int:
     return check_positive_int(value, name, maximum=BATCH_SIZE_MAX)
 
@@ -188,6 +204,7 @@ SETTING_VALIDATORS: dict[str, Callable[[Any], object]] = {
     "DEAD_MAX": lambda v: check_positive_int(v, "DEAD_MAX", maximum=100_000_000),
     "REDIS_CLUSTER": lambda v: check_flag(v, "REDIS_CLUSTER"),
     "DURABLE": lambda v: check_flag(v, "DURABLE"),
+    "SHARDS": check_shard_map,
     "DURABLE_REPLICAS": lambda v: check_positive_int(v, "DURABLE_REPLICAS", maximum=16),
     "DURABLE_TIMEOUT": lambda v: check_positive(v, "DURABLE_TIMEOUT", maximum=60),
 }

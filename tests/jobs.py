@@ -93,3 +93,9 @@ def ran(kind: str | None = None) -> list[dict[str, object]]:
 def durable_record(tag: str) -> None:
     """Its jobs' writes wait for a replica (Redis WAIT)."""
     _report("durable", tag)
+
+
+@delayed_task(queue="sharded", shards=4)
+def sharded(tag: str) -> None:
+    """Its queue is 4 queues, sharded~0 .. sharded~3 (engine/shards.py)."""
+    _report("sharded", tag)

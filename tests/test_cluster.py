@@ -20,6 +20,7 @@ import delayqueue
 from delayqueue.engine import clients, execution
 from delayqueue.engine.clients import get_redis
 from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.shards import shard_names
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
@@ -94,6 +95,19 @@ def test_each_queue_lives_on_the_master_of_its_slot(
     assert jobs.record.reschedule(key="k1", seconds=5) is not None
     assert jobs.record.cancel(key="k1") is True
     assert cluster.zscore(queue_keys("tests").scheduled, job.id) is None
+
+
+def test_a_sharded_queue_spreads_over_the_masters(
+    cluster: redis.Redis, topology: ClusterSet
+) -> None:
+    made = jobs.sharded.delay_many([(i,) for i in range(40)], seconds=60, on_commit=False)
+    masters = {
+        topology.master_of(queue_keys(shard).scheduled).port for shard in shard_names("sharded")
+    }
+    assert len(masters) >= 2  # 4 shards, 4 hash tags: not all on one master
+    for job in made:
+        on = topology.master_of(queue_keys(job.queue).scheduled).port
+        assert job.id in scheduled_on(topology, on, job.queue)
 
 
 def test_one_worker_pass_claims_from_queues_on_every_master(

@@ -135,3 +135,20 @@ def test_second_signal_exits_at_once(delay_worker):
     worker.popen.send_signal(signal.SIGCONT)
     assert worker.popen.wait(10) == 1  # cold stop: no "finish the batch"
     assert "second signal" in worker.output()
+
+
+def test_delay_workers_pinned_to_shards_and_one_on_all_run_every_job_once(
+    celery_worker, delay_worker, r
+):
+    """A sharded queue (tests.jobs.sharded: 4 shards, on a cluster spread over its masters)
+    served by two workers pinned to two shards each and one on the whole queue: every job
+    runs, once."""
+    delay_worker("--queues", "sharded~0,sharded~1")
+    delay_worker("--queues", "sharded~2,sharded~3")
+    delay_worker("--queues", "sharded")
+    made = jobs.sharded.delay_many([(f"s{i}",) for i in range(120)], seconds=0.5)
+    assert {job.queue for job in made} == {f"sharded~{i}" for i in range(4)}
+    wait_for(lambda: len(jobs.ran("sharded")) >= 120, timeout=60)
+    tags = [str(run["tag"]) for run in jobs.ran("sharded")]
+    assert sorted(tags) == sorted(f"s{i}" for i in range(120))  # each once
+    wait_for(lambda: all(r.zcard(f"dq:{{sharded~{i}}}:inflight") == 0 for i in range(4)))

@@ -4,7 +4,8 @@ itself (tests/settings.py, ``DQ_TEST_TOPOLOGY``).
 
 Each topology is a pytest run of its own in a child process: the Django settings, the Celery
 worker and the delay workers the modules start must all see the same topology from their
-first line. The modules are the scripts, the API, the worker, end to end and the admin; what
+first line. The modules are the scripts, the API, the worker, end to end, the admin and
+sharded queues; what
 only a topology has (failover, the cluster's slots) is in test_cluster.py and
 test_sentinel.py."""
 
@@ -25,6 +26,7 @@ CORE_MODULES = [
     "tests/test_worker.py",
     "tests/test_end_to_end.py",
     "tests/test_admin.py",
+    "tests/test_shards.py",
 ]
 
 # What the parent run set for its own single server: the child starts its own topology.

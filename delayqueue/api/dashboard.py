@@ -6,13 +6,15 @@ bytes; a key of the wrong type reads as empty and adds a note to ``notes``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from delayqueue.api.display import Moment, Reads, integer, text
 from delayqueue.engine.clients import get_raw_redis, redis_now_ms
 from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.shards import SEPARATOR, logical
 
 MAX_WORKERS_SHOWN = 100
 FIELD_CHARS = 200  # most characters of a worker's id or field shown
@@ -42,6 +44,7 @@ class QueueOverview:
     next_deadline: Moment | None
     last_minute: Throughput
     last_hour: Throughput
+    shards: list[QueueOverview] = field(default_factory=list)  # a sharded queue's, in order
 
 
 _STAT_FIELDS = ("dispatched", "acked", "failed", "dead")
@@ -125,7 +128,47 @@ def overview(queues: list[str], notes: list[str] | None = None) -> tuple[int, li
                 last_hour=_window_sum(buckets, fraction_left, STATS_MINUTES - 1),
             )
         )
-    return now, result
+    return now, _by_queue(result)
+
+
+def _by_queue(rows: list[QueueOverview]) -> list[QueueOverview]:
+    """One row per queue: a sharded queue's shards (``orders~0``...) summed into a row of
+    ``orders`` that holds them, in shard order, where its first shard stood."""
+    grouped: dict[str, list[QueueOverview]] = {}
+    for row in rows:
+        grouped.setdefault(logical(row.name) if SEPARATOR in row.name else row.name, []).append(row)
+    result = []
+    for name, members in grouped.items():
+        if len(members) == 1 and members[0].name == name:
+            result.append(members[0])
+            continue
+        members.sort(key=lambda row: int(row.name.rpartition(SEPARATOR)[2] or 0))
+        result.append(
+            QueueOverview(
+                name=name,
+                scheduled=sum(m.scheduled for m in members),
+                inflight=sum(m.inflight for m in members),
+                dead=sum(m.dead for m in members),
+                paused=all(m.paused for m in members),
+                next_due=_earliest(m.next_due for m in members),
+                oldest_overdue=_earliest(m.oldest_overdue for m in members),
+                next_deadline=_earliest(m.next_deadline for m in members),
+                last_minute=_total(m.last_minute for m in members),
+                last_hour=_total(m.last_hour for m in members),
+                shards=members,
+            )
+        )
+    return result
+
+
+def _earliest(moments: Iterable[Moment | None]) -> Moment | None:
+    present = [m for m in moments if m is not None]
+    return min(present, key=lambda m: m.ms) if present else None
+
+
+def _total(counts: Iterable[Throughput]) -> Throughput:
+    rows = list(counts)
+    return Throughput(*(sum(getattr(r, f) for r in rows) for f in _STAT_FIELDS))
 
 
 # ---- the due-time chart -----------------------------------------------------------------

@@ -18,7 +18,8 @@ from delayqueue.errors import InvalidJobId, InvalidQueueName
 # Per-minute stats hashes outlive the two hours the dashboard charts by five minutes.
 STATS_TTL_SECONDS = 2 * 3600 + 300
 
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# A queue's name, or one of its shards' (engine/shards.py): "orders~3".
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}(?:~[0-9]{1,4})?")
 JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID: Crockford base32, time first
 
 
@@ -41,7 +42,8 @@ def current_minute() -> int:
 def check_queue_name(name: object) -> str:
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise InvalidQueueName(
-            f"queue name {name!r} is not 1-64 characters of letters, digits, '_', '.' or '-'"
+            f"queue name {name!r} is not 1-64 characters of letters, digits, '_', '.' or '-' "
+            "(or a shard of one: 'orders~3')"
         )
     return name
 

@@ -32,6 +32,7 @@ from delayqueue.engine.clients import get_raw_redis, get_redis, redis_now_ms
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import check_queue_name, global_keys, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.runner import get_celery_app
@@ -76,7 +77,12 @@ class DelayWorker:
         health_file: str | Path | None = None,
     ) -> None:
         config = get_settings()
-        self.fixed_queues = [check_queue_name(q) for q in queues] if queues else None
+        # a sharded queue's name is all its shards; a shard's own name, that one
+        self.fixed_queues = (
+            [shard for q in queues for shard in shard_names(check_queue_name(q))]
+            if queues
+            else None
+        )
         self.queues: list[str] = list(self.fixed_queues or [])
         self.batch_size = check_batch_size(
             batch_size if batch_size is not None else config.batch_size
@@ -367,9 +373,10 @@ class DelayWorker:
         if self.fixed_queues is None:
             known = _known_queue_names()
             known |= {
-                task.dq_queue or get_settings().default_queue
+                shard
                 for task in self.app.tasks.values()
                 if isinstance(task, DelayedTask)
+                for shard in shard_names(task.dq_queue or get_settings().default_queue)
             }
             self.queues = sorted(q for q in known if _valid_queue(q))
         wanted = {queue_keys(q).wake for q in self.queues}

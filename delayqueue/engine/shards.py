@@ -1,0 +1,74 @@
+"""Sharded queues. A queue declared with N shards (``@delayed_task(queue="orders",
+shards=8)`` or ``DELAYQUEUE["SHARDS"] = {"orders": 8}``) is N queues of their own,
+``orders~0`` ... ``orders~7``: each has its own hash tag, so a Redis Cluster spreads them
+over its slots and masters, and each is claimed, browsed and counted as any queue is.
+
+A job goes to the shard its dedupe key hashes to, so scheduling, cancelling and
+rescheduling by key stay one call on one shard; a job without a key goes to the shard its
+id hashes to. By id alone, ``cancel`` and ``reschedule`` ask every shard in one round trip.
+A worker given ``orders`` claims from all its shards, every pass; given ``orders~3``, from
+that one. Changing N later moves where new jobs and key lookups go; jobs already on a shard
+stay there and are still dispatched (workers claim every shard in the registry)."""
+
+from __future__ import annotations
+
+import threading
+from zlib import crc32
+
+from delayqueue.conf import get_settings
+from delayqueue.errors import InvalidOption
+
+SEPARATOR = "~"  # not a character of queue names: "orders~3" is no one's own queue
+MAX_SHARDS = 1024
+
+_lock = threading.Lock()
+_declared: dict[str, int] = {}  # queue -> shards, from @delayed_task(shards=...)
+
+
+def check_shards(value: object, name: str = "shards") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARDS:
+        raise InvalidOption(f"{name} must be an integer from 1 to {MAX_SHARDS}, not {value!r}")
+    return value
+
+
+def declare(queue: str, shards: int) -> None:
+    """Record that ``queue`` has ``shards`` shards (a task says so). Two tasks that say
+    otherwise of one queue are refused: their jobs would be looked for on other shards."""
+    check_shards(shards)
+    with _lock:
+        known = _declared.setdefault(queue, shards)
+    if known != shards:
+        raise InvalidOption(
+            f"queue {queue!r} is declared with {known} shards elsewhere, not {shards}: every "
+            "task of a queue must agree (or set DELAYQUEUE['SHARDS'])"
+        )
+
+
+def shard_count(queue: str) -> int:
+    """How many shards ``queue`` has: the SHARDS setting's, else what its tasks declare,
+    else 1. A shard's own name (``orders~3``) is one queue."""
+    if SEPARATOR in queue:
+        return 1
+    configured = (get_settings().shards or {}).get(queue)
+    return int(configured) if configured is not None else _declared.get(queue, 1)
+
+
+def shard_names(queue: str) -> list[str]:
+    """The queues ``queue`` is: itself, or its shards."""
+    count = shard_count(queue)
+    if count == 1:
+        return [queue]
+    return [f"{queue}{SEPARATOR}{index}" for index in range(count)]
+
+
+def shard_for(queue: str, routing: str) -> str:
+    """The queue a job of ``queue`` routed by ``routing`` (its key, else its id) lives in."""
+    count = shard_count(queue)
+    if count == 1:
+        return queue
+    return f"{queue}{SEPARATOR}{crc32(routing.encode('utf-8', 'surrogatepass')) % count}"
+
+
+def logical(queue: str) -> str:
+    """The queue a shard belongs to (``orders~3`` -> ``orders``); other names as they are."""
+    return queue.partition(SEPARATOR)[0]
