@@ -1,4 +1,4 @@
-"""``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...] [--aof]
+"""``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...|cluster] [--aof]
 [--celery-pool prefork --celery-concurrency 2 --celery-prefetch 4
 --celery-ack-emulation on]`` (Celery's defaults)"""
 
@@ -21,11 +21,13 @@ if TYPE_CHECKING:
     from bench.throughput import Sizes
 
 SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "memory", "scale")
+# Run only when named in --only: ``cluster`` starts a Redis Cluster and 8 processes of its own.
+OPT_IN = ("cluster",)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]:
-    from bench import bursts, throughput, timing
+    from bench import bursts, cluster, throughput, timing
 
     return {
         "enqueue": throughput.enqueue,
@@ -36,6 +38,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "spread": bursts.spread,
         "memory": throughput.memory,
         "scale": throughput.scale,
+        "cluster": cluster.cluster,
     }
 
 
@@ -45,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario in <60 s")
     parser.add_argument("--json", type=Path, help="where to write the figures")
-    parser.add_argument("--only", help=f"comma-separated scenarios of {','.join(SCENARIOS)}")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated scenarios of {','.join(SCENARIOS)} (the default run), or of "
+        f"{','.join(OPT_IN)} (only when named)",
+    )
     parser.add_argument("--aof", action="store_true", help="Redis with appendfsync everysec")
     default = CeleryConfig()
     parser.add_argument("--celery-pool", default=default.pool, help="the Celery worker's -P")
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     options = parser.parse_args(argv)
     only = [s.strip() for s in options.only.split(",")] if options.only else list(SCENARIOS)
-    unknown = set(only) - set(SCENARIOS)
+    unknown = set(only) - set(SCENARIOS) - set(OPT_IN)
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
 
