@@ -138,7 +138,10 @@ def run_job(
     # dropped while it was idle): the second begin restarts the same deadline, the second
     # ack finds the job gone.
     try:
-        started = run_direct(transitions.begin(keys, job_id, token, visibility_ms=visibility_ms))
+        # (strict=False: under DURABLE, a replica slow to acknowledge is a warning; the begin
+        # is written, and the run must not be given up for it)
+        begin = transitions.begin(keys, job_id, token, visibility_ms=visibility_ms)
+        started = run_direct(begin, strict=False)
     except DelayQueueError as exc:
         # Redis down, or the queue's keys broken: the task does not run now, and the job,
         # still in flight, is reaped and dispatched again once Redis can say it may run.
@@ -174,7 +177,7 @@ def run_job(
         raise
     runtime = time.monotonic() - began
     try:
-        acked = run_direct(transitions.ack(keys, job_id, token))
+        acked = run_direct(transitions.ack(keys, job_id, token), strict=False)
     except DelayQueueError as exc:
         # Not raised: the task itself succeeded. The job stays in flight and is reaped and
         # run again after its visibility timeout (at least once).
@@ -217,7 +220,7 @@ def _record_failure(
     recorded; the error's summary)."""
     call, error = failure_call(keys, job_id, token, attempt, exc, backoff)
     try:
-        return run(call), error
+        return run(call, strict=False), error
     except DelayQueueError:
         logger.exception("job %s failed and the failure could not be recorded", job_id)
         return None, error

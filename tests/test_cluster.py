@@ -210,6 +210,15 @@ def test_failover_keeps_replicated_jobs_and_the_same_client_recovers(
 
         claimed = wait_for(lambda: _claim(parked_celery), timeout=10, interval=0.2)
         assert {job.id for job in written} <= {job.id for job in claimed}
+
+        # A client started now (a new process) through the dead node alone cannot start;
+        # naming several nodes, it asks the next.
+        dead = f"redis://127.0.0.1:{master.port}/0"
+        settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_URL": dead}
+        with pytest.raises(RedisUnavailable):
+            jobs.record.delay_for("via the dead node", seconds=60, on_commit=False)
+        settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_URL": f"{dead};{topology.url}"}
+        assert jobs.record.delay_for("via the next", seconds=60, on_commit=False).id
         with capsys.disabled():
             longest = max((t for t, _ in errors), default=0)
             print(
@@ -247,6 +256,9 @@ def test_cluster_settings_are_checked_without_connecting() -> None:
     )
     assert check_ids(REDIS_URL="unix:///tmp/redis.sock", REDIS_CLUSTER=True) == {"delayqueue.E011"}
     assert "delayqueue.E004" in check_ids(REDIS_URL=closed, REDIS_CLUSTER="yes")
+    several = f"{closed};redis://127.0.0.1:{free_port()}/0"
+    assert check_ids(REDIS_URL=several, REDIS_CLUSTER=True) == set()
+    assert check_ids(REDIS_URL=f"{closed};redis://h:1/2", REDIS_CLUSTER=True) == {"delayqueue.E011"}
 
 
 def test_an_unreachable_cluster_is_redis_unavailable_at_the_call(settings: Any) -> None:

@@ -19,6 +19,7 @@ from celery import Celery
 import delayqueue
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import InvalidOption, NotDurable
+from delayqueue.runner import run_job
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import info_everywhere, only_on
@@ -80,6 +81,28 @@ def test_the_worker_under_durable_warns_and_still_dispatches(
     assert [claimed.id for claimed in result.claimed] == [job.id]
     assert _waits(r) > before
     assert any("0 of 1 replicas" in record.getMessage() for record in caplog.records)
+
+
+@only_on("single")
+def test_under_durable_a_job_without_a_replica_still_runs_and_is_acked(
+    r: redis.Redis, settings: Any, parked_celery: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """begin, ack and fail are the Celery side's writes: a replica slow to acknowledge them
+    is a warning; the task runs and its job is acked or retried, not left to be reaped."""
+    ok = jobs.record.delay_for("ok", seconds=0, on_commit=False)
+    bad = jobs.record.delay_for("bad", seconds=0, on_commit=False)
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "DURABLE": True, "DURABLE_TIMEOUT": 0.05}
+    claimed = {c.id: c for c in DelayWorker(["tests"], celery_app=parked_celery).run_pass().claimed}
+    assert run_job(lambda: "done", [], {}, ("tests", ok.id, claimed[ok.id].token)) == "done"
+    assert r.zscore(Q.inflight, ok.id) is None and not r.exists(Q.job(ok.id))  # acked
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError):
+        run_job(boom, [], {}, ("tests", bad.id, claimed[bad.id].token), backoff=0)
+    assert r.zscore(Q.scheduled, bad.id) is not None  # retried, not left in flight
+    assert sum("0 of 1 replicas" in rec.getMessage() for rec in caplog.records) >= 3
 
 
 # ---- Sentinel: a master and its replica ---------------------------------------------------------

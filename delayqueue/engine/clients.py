@@ -29,7 +29,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis import Redis
 from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url, to_bool
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
@@ -92,35 +92,50 @@ def client_from_url(
 # ---- Redis Cluster -------------------------------------------------------------------------
 
 
+def cluster_urls(url: str) -> list[str]:
+    """The nodes a cluster's REDIS_URL names: one URL, or several joined by ``;`` (any one
+    that answers will do: a client started while the first is down asks the next)."""
+    return [part.strip() for part in str(url).split(";") if part.strip()]
+
+
 def check_cluster_url(url: str, options: Mapping[str, Any] | None = None) -> None:
-    """InvalidOption unless ``url`` names a node as a cluster client can use it: redis:// or
-    rediss://, database 0 (a cluster has no other), options redis-py knows. Nothing
+    """InvalidOption unless ``url`` names nodes as a cluster client can use them: redis://
+    or rediss://, database 0 (a cluster has no other), options redis-py knows. Nothing
     connects."""
-    shown = redact_url(str(url))
-    if not str(url).lower().startswith(("redis://", "rediss://")):
-        raise InvalidOption(
-            f"REDIS_URL {shown} is not a redis:// or rediss:// URL of a cluster node"
-        )
-    try:
-        found = parse_url(str(url))
-        Redis.from_url(str(url), **(options or {})).connection_pool.make_connection()
-    except (TypeError, ValueError) as exc:
-        raise InvalidOption(f"REDIS_URL {shown} is not usable: {exc}") from None
-    if int(found.get("db") or 0) != 0:
-        raise InvalidOption(
-            f"REDIS_URL {shown} names database {found['db']}: a Redis Cluster has database 0 only"
-        )
+    parts = cluster_urls(url)
+    if not parts:
+        raise InvalidOption("REDIS_URL names no cluster node")
+    for part in parts:
+        shown = redact_url(part)
+        if not part.lower().startswith(("redis://", "rediss://")):
+            raise InvalidOption(
+                f"REDIS_URL {shown} is not a redis:// or rediss:// URL of a cluster node"
+            )
+        try:
+            found = parse_url(part)
+            Redis.from_url(part, **(options or {})).connection_pool.make_connection()
+        except (TypeError, ValueError) as exc:
+            raise InvalidOption(f"REDIS_URL {shown} is not usable: {exc}") from None
+        if int(found.get("db") or 0) != 0:
+            raise InvalidOption(
+                f"REDIS_URL {shown} names database {found['db']}: a Redis Cluster has "
+                "database 0 only"
+            )
 
 
 def cluster_client(url: str, options: Mapping[str, Any]) -> Redis:
-    """redis-py's ``RedisCluster`` for the node ``url`` names. Unlike the other clients it
-    connects at once (to learn the slot map): RedisUnavailable when no node answers.
+    """redis-py's ``RedisCluster`` for the nodes ``url`` names (the credentials and options
+    are the first URL's). Unlike the other clients it connects at once (to learn the slot
+    map): RedisUnavailable when no node answers. Once connected it knows every node, and
+    follows failovers whichever nodes the URL named.
 
     It is typed as ``Redis``: it speaks the same commands, pipelines and pub/sub, and the
     few places that must tell them apart ask ``is_cluster``."""
     options = {k: v for k, v in options.items() if k != "health_check_interval"}
+    first, *others = cluster_urls(url)
+    more = [ClusterNode(u.hostname or "localhost", u.port or 6379) for u in map(urlsplit, others)]
     try:
-        client = ClusterClient.from_url(url, **options)
+        client = ClusterClient.from_url(first, startup_nodes=more, **options)
     except (redis.RedisError, RedisClusterException) as exc:
         raise RedisUnavailable(
             f"Redis Cluster at {redact_url(str(url))} did not answer ({exc})"

@@ -66,14 +66,19 @@ def durability(durable: bool | None = None) -> Wait | None:
 
 
 def run(
-    call: ScriptCall[ReplyT], client: Redis | None = None, *, durable: bool | None = None
+    call: ScriptCall[ReplyT],
+    client: Redis | None = None,
+    *,
+    durable: bool | None = None,
+    strict: bool = True,
 ) -> ReplyT:
     """Run one script call (EVALSHA, loading the script when Redis lost it) and read its
-    reply; Redis's errors as delayqueue's (see ``translate``). Durable: NotDurable when the
-    replicas did not acknowledge it in time (it is written)."""
+    reply; Redis's errors as delayqueue's (see ``translate``). Durable and ``strict`` (a
+    caller's write): NotDurable when the replicas did not acknowledge it in time (it is
+    written); not strict (the workers' own writes), a warning in the log."""
     wait = durability(durable)
     if wait is not None:
-        (reply,) = run_many([call], client, durable=True, strict=True)
+        (reply,) = run_many([call], client, durable=True, strict=strict)
         if isinstance(reply, DelayQueueError):
             raise reply
         return cast(ReplyT, reply)
@@ -125,10 +130,15 @@ def _count(n: int, noun: str) -> str:
 
 
 def run_all(
-    calls: Sequence[ScriptCall[Any]], client: Redis | None = None, *, durable: bool | None = None
+    calls: Sequence[ScriptCall[Any]],
+    client: Redis | None = None,
+    *,
+    durable: bool | None = None,
+    strict: bool = True,
 ) -> list[Any]:
-    """``run_many``, raising the first error instead of returning it (NotDurable too)."""
-    replies = run_many(calls, client, durable=durable, strict=True)
+    """``run_many``, raising the first error instead of returning it (NotDurable too, when
+    ``strict``)."""
+    replies = run_many(calls, client, durable=durable, strict=strict)
     for reply in replies:
         if isinstance(reply, DelayQueueError):
             raise reply
@@ -179,8 +189,10 @@ def _execute(client: Redis, calls: list[Call], wait: Wait | None) -> tuple[list[
     else:
         pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
     replies = pipe.execute(raise_on_error=False)
-    acked = [reply if isinstance(reply, int) else 0 for reply in replies[-waits:]]
-    return replies[:-waits], min(acked)
+    for reply in replies[-waits:]:
+        if isinstance(reply, Exception):  # NOPERM (the ACL lacks +wait), not "no replica"
+            raise reply
+    return replies[:-waits], min(int(reply) for reply in replies[-waits:])
 
 
 class DirectConnections:
@@ -280,7 +292,9 @@ def _direct_connections() -> DirectConnections:
     return _direct
 
 
-def run_direct(call: ScriptCall[ReplyT], *, durable: bool | None = None) -> ReplyT:
+def run_direct(
+    call: ScriptCall[ReplyT], *, durable: bool | None = None, strict: bool = True
+) -> ReplyT:
     """One script call on a connection of ``DirectConnections`` (same server and settings
     as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
     if not call.resend_safe:
@@ -289,7 +303,7 @@ def run_direct(call: ScriptCall[ReplyT], *, durable: bool | None = None) -> Repl
         # A connection of our own would be to one node; the cluster client knows which
         # master holds the call's slot and follows it through failovers and resharding.
         # A durable call's WAIT goes in the same round trip (``run``).
-        return run(call, durable=durable)
+        return run(call, durable=durable, strict=strict)
     direct = _direct_connections()
     with redis_errors():
         reply = direct.run(get_scripts()[call.script], call.keys, call.args)

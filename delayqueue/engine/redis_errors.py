@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 
 from delayqueue.conf import get_settings
 from delayqueue.errors import (
@@ -64,14 +64,15 @@ def translate(exc: BaseException) -> DelayQueueError:
             return error(f"Redis at {safe_url()} refused the command ({code}): {text}")
     if "can't run this command" in text or "no permissions to access" in text:
         return RedisPermissionDenied(f"Redis at {safe_url()} refused the command (NOPERM): {text}")
-    # A cluster without a master for a slot (mid-failover), or one the client cannot reach
-    # or map, is as unavailable as a single Redis that does not answer.
+    # A cluster without a master for a slot (mid-failover), a slot still moving when the
+    # client's redirections ran out ("TTL exhausted"), or one the client cannot reach or
+    # map, is as unavailable as a single Redis that does not answer: retrying is safe.
     unavailable = (
         redis.ConnectionError,
         redis.TimeoutError,
         OSError,
         RedisClusterException,
-        ClusterDownError,
+        ClusterError,
         TryAgainError,
     )
     if isinstance(exc, unavailable):

@@ -288,7 +288,7 @@ class Dispatcher:
             )
             for job in jobs
         ]
-        run_all(releases)
+        run_all(releases, strict=False)
 
 
 def _bury_unsendable(job: Claimed, exc: Exception) -> None:
@@ -363,7 +363,7 @@ def bury(
     keys = queue_keys(queue)
     reason = utf8_safe(reason)
     client = get_raw_redis() if isinstance(job_id, bytes) else get_redis()
-    buried = run(transitions.bury(keys, job_id, reason), client)
+    buried = run(transitions.bury(keys, job_id, reason), client, strict=False)
     text_id = job_id.decode("utf-8", "backslashreplace") if isinstance(job_id, bytes) else job_id
     if buried:
         events.dead(SENDER_DELAY_WORKER, queue, text_id, reason, "buried", task, attempt)
