@@ -23,6 +23,7 @@ Short form: ``tests/test_chaos.py``. Soak: ``python -m tests.chaos --soak [--min
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -43,6 +44,7 @@ from tests.processes import ROOT, child_env
 from tests.redis_server import RedisServer
 
 QUEUE = "chaos"
+OVERRIDE_ENV = "DQ_CHAOS_DELAYQUEUE"  # JSON laid over DELAYQUEUE in the children
 
 
 # ---- child processes -----------------------------------------------------------------------
@@ -524,9 +526,16 @@ def print_table(results: list[Accounting]) -> None:
 
 
 def _setup_django() -> None:
+    """Django set up; ``DQ_CHAOS_DELAYQUEUE`` (JSON), when set, is laid over DELAYQUEUE
+    first: how tests/failover_chaos.py points the workers at a Sentinel set or a cluster,
+    DURABLE on or off. Before ``django.setup()``, so nothing has read the settings yet."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     import django
+    from django.conf import settings
 
+    override = os.environ.get(OVERRIDE_ENV)
+    if override:
+        settings.DELAYQUEUE = {**settings.DELAYQUEUE, **json.loads(override)}
     django.setup()
 
 

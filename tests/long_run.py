@@ -6,6 +6,11 @@ budget, round after round, until the time is up:
 The test command runs the same tests derandomized with a small budget (tests/fuzzing.py).
 Each round is one pytest run with ``--hypothesis-seed`` set to a fresh random seed, so a
 failure names the seed that reproduces it. Exit code 1 when any round failed.
+
+``--failover`` runs the failover chaos instead (tests/failover_chaos.py): delayqueue's Redis
+master SIGKILLed again and again on a Sentinel set and on a cluster, with and without
+DURABLE, for ``--minutes`` in all; it prints what each lost and ran twice, and fails when a
+durable run lost a job or a worker died (``-k`` picks scenarios by name).
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--factor", type=int, default=10, help="examples per test x this")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression")
+    parser.add_argument("--failover", action="store_true", help="the failover chaos instead")
     options = parser.parse_args()
+    if options.failover:
+        command = [sys.executable, "-m", "tests.failover_chaos", "--minutes", str(options.minutes)]
+        if options.keyword:
+            command += ["--only", options.keyword]
+        return subprocess.run(command, cwd=ROOT).returncode
 
     env = {
         **os.environ,

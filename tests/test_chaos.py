@@ -17,6 +17,8 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.chaos import SCENARIOS, Scenario, run_scenario
+from tests.failover_chaos import SHORT as FAILOVER_SHORT
+from tests.failover_chaos import FailoverScenario, run_failover
 
 
 @pytest.mark.timeout(120)
@@ -79,3 +81,33 @@ def test_worker_pass_on_a_paused_redis_raises_redis_unavailable(r: redis.Redis) 
         finally:
             r.execute_command("CLIENT", "UNPAUSE")
         worker.run_pass()  # and it carries on once Redis answers again
+
+
+# ---- failover of delayqueue's Redis master (tests/failover_chaos.py) --------------------------
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("scenario", FAILOVER_SHORT, ids=[s.name for s in FAILOVER_SHORT])
+def test_a_failover_loses_acknowledged_jobs_only_without_durable(
+    scenario: FailoverScenario, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The master SIGKILLed mid-run, its replica 0.5 s behind, producers scheduling and the
+    workers dispatching and acking: with DURABLE every job a call acknowledged runs; without,
+    the jobs acknowledged while the replica was behind are lost (the control: the harness
+    sees a loss). The long form measures more kills: python -m tests.long_run --failover."""
+    result = run_failover(scenario, settle=60.0)
+    with capsys.disabled():
+        print(f"\n{result.line()}")
+        for kind, message in result.error_samples.items():
+            print(f"  {kind}: {message}")
+    assert result.workers_down == []
+    assert result.foreign_errors == []  # a caller sees delayqueue's errors only
+    assert len(result.promoted_s) == 1 and result.writes_back_s[0] < 20
+    assert result.unacknowledged_calls > 0  # the kill did land while the producers wrote
+    assert result.acknowledged >= 400
+    assert (result.pending, result.dead) == (0, 0)
+    assert result.executed + result.lost == result.acknowledged
+    if scenario.durable:
+        assert result.lost == 0, result.lost_tags[:20]
+    else:
+        assert result.lost > 0  # acknowledged while the replica was frozen
