@@ -19,7 +19,7 @@ from hiredis import pack_command
 from redis import Redis
 from redis.commands.core import Script
 from redis.connection import AbstractConnection
-from redis.exceptions import NoScriptError
+from redis.exceptions import AskError, NoPermissionError, NoScriptError
 
 from delayqueue.conf import get_settings
 from delayqueue.engine.clients import get_redis, is_cluster, on_reset
@@ -172,6 +172,8 @@ def run_pipelined(
 
 
 def _execute(client: Redis, calls: list[Call], wait: Wait | None) -> tuple[list[Any], int]:
+    if wait is not None and is_cluster(client):
+        return _execute_durable_on_cluster(client, calls, wait)
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
         # execute_command, not pipe.evalsha: redis-py's cluster pipeline refuses the method
@@ -180,19 +182,58 @@ def _execute(client: Redis, calls: list[Call], wait: Wait | None) -> tuple[list[
         pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
     if wait is None:
         return pipe.execute(raise_on_error=False), 0
-    waits = 1
-    if is_cluster(client):  # one WAIT per node, on the connection its calls went on
-        nodes = {n.name: n for n in (client.get_node_from_key(keys[0]) for _, keys, _ in calls)}  # type: ignore[attr-defined]
-        for node in nodes.values():
-            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, target_nodes=node)
-        waits = len(nodes)
-    else:
-        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
-    replies = pipe.execute(raise_on_error=False)
-    for reply in replies[-waits:]:
-        if isinstance(reply, Exception):  # NOPERM (the ACL lacks +wait), not "no replica"
-            raise reply
-    return replies[:-waits], min(int(reply) for reply in replies[-waits:])
+    pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+    *replies, acked = pipe.execute(raise_on_error=False)
+    if isinstance(acked, Exception):  # NOPERM (the ACL lacks +wait), not "no replica"
+        raise acked
+    return replies, int(acked)
+
+
+def _execute_durable_on_cluster(
+    client: Any, calls: list[Call], wait: Wait
+) -> tuple[list[Any], int]:
+    """Durable calls on a cluster: each master's calls and their WAIT in one pipeline of
+    that master's own client, so on one connection. (The cluster pipeline would send a call
+    a failover MOVED on another connection, which a WAIT of the first would not cover.) A
+    call MOVED by a stale slot map did not run: the map is learned again and the call sent
+    to the master that holds its slot now, with a WAIT of its own."""
+    replies: list[Any] = [None] * len(calls)
+    acked = wait.replicas
+    pending = list(range(len(calls)))
+    for attempt in range(3):
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i in pending:
+            node = client.get_node_from_key(calls[i][1][0])
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        moved: list[int] = []
+        for node, indexes in groups.values():
+            pipe = client.get_redis_connection(node).pipeline(transaction=False)
+            for i in indexes:
+                script, keys, args = calls[i]
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+            try:
+                *answers, node_acked = pipe.execute(raise_on_error=False)
+            except redis.ConnectionError:
+                client.nodes_manager.initialize()  # the next call finds the new master
+                raise
+            for i, answer in zip(indexes, answers, strict=True):
+                replies[i] = answer
+                if isinstance(answer, AskError) and attempt < 2:
+                    moved.append(i)
+            ran = len(indexes) > sum(isinstance(answer, AskError) for answer in answers)
+            if isinstance(node_acked, Exception):
+                if "NOPERM" in str(node_acked) or isinstance(node_acked, NoPermissionError):
+                    raise node_acked
+                if ran:  # (a node that ran nothing, now a replica, has nothing to wait for)
+                    acked = 0
+            elif ran:
+                acked = min(acked, int(node_acked))
+        if not moved:
+            break
+        client.nodes_manager.initialize()
+        pending = moved
+    return replies, acked
 
 
 class DirectConnections:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
+from redis.exceptions import AskError, ClusterError, RedisClusterException, TryAgainError
 
 from delayqueue.conf import get_settings
 from delayqueue.errors import (
@@ -74,6 +74,7 @@ def translate(exc: BaseException) -> DelayQueueError:
         RedisClusterException,
         ClusterError,
         TryAgainError,
+        AskError,  # MOVED or ASK left unfollowed: the command did not run
     )
     if isinstance(exc, unavailable):
         return RedisUnavailable(
