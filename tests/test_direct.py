@@ -28,6 +28,35 @@ def test_a_script_redis_lost_is_loaded_again(r: redis.Redis) -> None:
     assert job.state == "scheduled" and r.zscore(SCHEDULED, job.id) is not None
 
 
+def test_a_script_missing_after_two_failed_connects_is_loaded_on_the_third(
+    r: redis.Redis,
+) -> None:
+    """A failover as a caller sees it: the old master refuses two connects, then the
+    promoted replica answers, without the scripts (replicas do not keep them). The script
+    is loaded there, and the call goes through."""
+    jobs.record.delay_for("first", seconds=60, on_commit=False)
+    direct = execution._direct
+    assert direct is not None
+    real = direct._connection_class
+    refusals = [2]
+
+    class FailingOver(real):  # type: ignore[misc, valid-type]
+        def connect(self) -> None:
+            if refusals[0]:
+                refusals[0] -= 1
+                raise redis.ConnectionError("connection refused (the old master)")
+            super().connect()
+
+    direct.close()  # the next call makes a new connection, of this class
+    direct._connection_class = FailingOver
+    r.script_flush()
+    try:
+        job = jobs.record.delay_for("after failover", seconds=60, on_commit=False)
+    finally:
+        direct._connection_class = real
+    assert refusals == [0] and r.zscore(SCHEDULED, job.id) is not None
+
+
 def test_a_connection_dropped_while_idle_is_replaced(r: redis.Redis) -> None:
     jobs.record.delay_for("first", seconds=60, on_commit=False)
     assert execution._direct is not None

@@ -298,9 +298,10 @@ class DirectConnections:
         *,
         connect: bool,
     ) -> Any:
-        for attempt in range(3):
+        failures, loaded = 0, False
+        while True:
             try:
-                if connect or attempt:
+                if connect or failures:
                     # Not the send's own reconnect, which goes back to the last address: a
                     # Sentinel-managed connection asks the sentinels for the master here (a
                     # master that answered READONLY was demoted; the connection dropped itself).
@@ -310,17 +311,20 @@ class DirectConnections:
                 connection.send_packed_command([pack_command(command)])
                 return connection.read_response()
             except NoScriptError:
-                if attempt == 2:
+                # Once per call, whatever connection failures came first: a replica promoted
+                # by a failover has no scripts, and is often reached on the last attempt.
+                if loaded:
                     raise
+                loaded = True
                 connection.send_command("SCRIPT", "LOAD", script.script)
                 connection.read_response()
             except redis.AuthenticationError:
                 raise
             except redis.ConnectionError:
-                if attempt == 2:
+                failures += 1
+                if failures == 3:
                     raise
                 connection.disconnect()  # the next attempt connects again
-        raise AssertionError("unreachable")
 
 
 def _direct_connections() -> DirectConnections:
