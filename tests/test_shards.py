@@ -24,6 +24,13 @@ from tests.conftest import info_everywhere
 SHARDS = [f"sharded~{i}" for i in range(4)]
 
 
+def keyed(count: int, *, delay: float) -> list[delayqueue.Job]:
+    """``count`` jobs with dedupe keys k0, k1...: where each lands is fixed by its key (ids are
+    random, keys are not), so a test's spread over the shards is the same on every run."""
+    specs = [delayqueue.spec(jobs.sharded, (i,), delay=delay, key=f"k{i}") for i in range(count)]
+    return delayqueue.delay_many(specs, on_commit=False)
+
+
 def scheduled(r: redis.Redis, queue: str) -> set[str]:
     return {str(member) for member in r.zrange(queue_keys(queue).scheduled, 0, -1)}
 
@@ -37,13 +44,15 @@ def _script_calls(r: redis.Redis) -> int:
 
 def test_jobs_spread_over_the_shards_and_each_says_its_shard(r: redis.Redis) -> None:
     assert shard_names("sharded") == SHARDS
-    made = jobs.sharded.delay_many([(i,) for i in range(80)], seconds=60, on_commit=False)
+    # by id: random ids, so 400 jobs, where a shard with under 25 would be a broken hash
+    # (each expects 100: less than 25 has odds far below one in a trillion)
+    made = jobs.sharded.delay_many([(i,) for i in range(400)], seconds=60, on_commit=False)
     one = jobs.sharded.delay_for("one", seconds=60, on_commit=False)
     for job in [*made, one]:
         assert job.queue == shard_for("sharded", job.id)
         assert job.id in scheduled(r, job.queue)
-    assert all(len(scheduled(r, shard)) >= 5 for shard in SHARDS)  # 81 over 4: none empty
-    assert sum(len(scheduled(r, shard)) for shard in SHARDS) == 81
+    assert all(len(scheduled(r, shard)) >= 25 for shard in SHARDS)
+    assert sum(len(scheduled(r, shard)) for shard in SHARDS) == 401
     assert r.zcard(queue_keys("sharded").scheduled) == 0  # nothing on the unsharded name
 
 
@@ -83,7 +92,7 @@ def test_by_id_the_queue_name_asks_every_shard_and_the_shard_name_asks_one(
 def test_a_worker_on_the_queue_claims_every_shard_and_a_pinned_one_its_own(
     r: redis.Redis, parked_celery: Celery
 ) -> None:
-    made = jobs.sharded.delay_many([(i,) for i in range(40)], seconds=0, on_commit=False)
+    made = keyed(40, delay=0)
     by_shard = {shard: {j.id for j in made if j.queue == shard} for shard in SHARDS}
     pinned = DelayWorker(["sharded~2"], celery_app=parked_celery)
     assert pinned.queues == ["sharded~2"]
@@ -99,7 +108,7 @@ def test_a_worker_on_the_queue_claims_every_shard_and_a_pinned_one_its_own(
 def test_the_dashboard_shows_one_row_per_queue_with_its_shards_behind_it(
     r: redis.Redis, django_user_model: Any
 ) -> None:
-    jobs.sharded.delay_many([(i,) for i in range(20)], seconds=60, on_commit=False)
+    assert {job.queue for job in keyed(20, delay=60)} == set(SHARDS)
     jobs.record.delay_for("plain", seconds=60, on_commit=False)
     user = django_user_model.objects.create_user("admin", password="pw", is_staff=True)
     user.is_superuser = True
