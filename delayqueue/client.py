@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from celery import Task
 from django.db import transaction
@@ -36,6 +36,7 @@ from delayqueue.validators import (
     check_visibility_timeout,
 )
 
+T = TypeVar("T")
 OnConflict = Literal["keep", "replace"]
 State = Literal["pending", "scheduled", "inflight", "dead"]
 
@@ -390,15 +391,19 @@ def cancel(
     job_id, key = _id_or_key(job_id, key)
     shards = _shards_to_ask(check_queue_name(queue), key)
     calls = [transitions.cancel(queue_keys(q), job_id=job_id, key=key) for q in shards]
-    if len(calls) == 1:
-        replies = [run(calls[0], durable=_flag(durable))]
-    else:
-        replies = run_all(calls, durable=_flag(durable))
+    replies = _run_on_shards(calls, durable)
     for shard, cancelled in zip(shards, replies, strict=True):
         if cancelled.removed:
             events.cancelled(SENDER_CLIENT, shard, cancelled.id, key or None)
             return True
     return False
+
+
+def _run_on_shards(calls: list[transitions.ScriptCall[T]], durable: bool | None) -> list[T]:
+    """One call per shard asked: alone, or all in one round trip."""
+    if len(calls) == 1:
+        return [run(calls[0], durable=_flag(durable))]
+    return run_all(calls, durable=_flag(durable))
 
 
 def _shards_to_ask(queue: str, key: str) -> list[str]:
@@ -427,10 +432,7 @@ def reschedule(
         transitions.reschedule(queue_keys(q), job_id=job_id, key=key, mode=mode, ms=ms)
         for q in shards
     ]
-    if len(calls) == 1:
-        replies = [run(calls[0], durable=_flag(durable))]
-    else:
-        replies = run_all(calls, durable=_flag(durable))
+    replies = _run_on_shards(calls, durable)
     found = [
         (q, moved) for q, moved in zip(shards, replies, strict=True) if moved.due_ms is not None
     ]

@@ -10,7 +10,7 @@ from celery import Task, shared_task
 
 from delayqueue import client
 from delayqueue.engine.keys import check_queue_name
-from delayqueue.engine.shards import check_shards, declare
+from delayqueue.engine.shards import declare
 from delayqueue.errors import InvalidOption
 from delayqueue.runner import Backoff, dispatch_headers, run_job
 from delayqueue.schedule import delay_seconds
@@ -18,6 +18,7 @@ from delayqueue.validators import (
     check_backoff,
     check_flag,
     check_max_attempts,
+    check_shards,
     check_visibility_timeout,
 )
 

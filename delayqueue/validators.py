@@ -135,19 +135,27 @@ def check_flag(value: Any, name: str) -> bool:
     return value
 
 
+SHARD_SEPARATOR = "~"  # not a character of queue names: "orders~3" is a shard of "orders"
+MAX_SHARDS = 1024
+
+
+def check_shards(value: Any, name: str = "shards") -> int:
+    """An int from 1 to MAX_SHARDS."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARDS:
+        raise InvalidOption(f"{name} must be an integer from 1 to {MAX_SHARDS}, not {shown(value)}")
+    return value
+
+
 def check_shard_map(value: Any, name: str = "SHARDS") -> dict[str, int] | None:
-    """None, or a dict of queue name -> shards (1-1024)."""
+    """None, or a dict of queue name -> shards (1-MAX_SHARDS)."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise InvalidOption(f"{name} must be a dict of queue name -> shards, not {shown(value)}")
     for queue, count in value.items():
-        if not isinstance(queue, str) or not queue or "~" in queue:
+        if not isinstance(queue, str) or not queue or SHARD_SEPARATOR in queue:
             raise InvalidOption(f"{name}: {shown(queue)} is not a queue name")
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1024:
-            raise InvalidOption(
-                f"{name}[{queue!r}] must be an integer from 1 to 1024, not {shown(count)}"
-            )
+        check_shards(count, f"{name}[{queue!r}]")
     return value
 
 

@@ -136,7 +136,7 @@ def _by_queue(rows: list[QueueOverview]) -> list[QueueOverview]:
     ``orders`` that holds them, in shard order, where its first shard stood."""
     grouped: dict[str, list[QueueOverview]] = {}
     for row in rows:
-        grouped.setdefault(logical(row.name) if SEPARATOR in row.name else row.name, []).append(row)
+        grouped.setdefault(logical(row.name), []).append(row)
     result = []
     for name, members in grouped.items():
         if len(members) == 1 and members[0].name == name:

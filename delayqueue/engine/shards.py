@@ -17,18 +17,11 @@ from zlib import crc32
 
 from delayqueue.conf import get_settings
 from delayqueue.errors import InvalidOption
-
-SEPARATOR = "~"  # not a character of queue names: "orders~3" is no one's own queue
-MAX_SHARDS = 1024
+from delayqueue.validators import SHARD_SEPARATOR as SEPARATOR
+from delayqueue.validators import check_shards
 
 _lock = threading.Lock()
 _declared: dict[str, int] = {}  # queue -> shards, from @delayed_task(shards=...)
-
-
-def check_shards(value: object, name: str = "shards") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARDS:
-        raise InvalidOption(f"{name} must be an integer from 1 to {MAX_SHARDS}, not {value!r}")
-    return value
 
 
 def declare(queue: str, shards: int) -> None:
