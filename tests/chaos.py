@@ -148,16 +148,8 @@ class Rig:
             DQ_CHAOS_ACK_EMULATION="1" if self.ack_emulation else "0",
         )
         self.env = env
-        py = sys.executable
-        self.celery = Child(
-            "celery worker",
-            [py, "-m", "tests.chaos", "celery-worker", "-I", "tests.chaos_tasks",
-             "-l", "info", "-c", "2", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "--prefetch-multiplier", "4"],
-            env,
-            self.dir / "celery.log",
-        )  # fmt: skip
-        delay_args = [py, "-m", "tests.chaos", "delay-worker", "--queues", QUEUE, "-v", "1"]
+        self.celery = celery_worker_child(env, self.dir)
+        delay_args = DELAY_WORKER_ARGS
         if self.worker_clock:
             # libfaketime: the worker process (and only it) sees its clock moved by minutes.
             delay_args = ["faketime", "-f", self.worker_clock, *delay_args]
@@ -190,6 +182,31 @@ class Rig:
 # ---- faults --------------------------------------------------------------------------------
 
 Fault = Callable[[Rig, threading.Event], str]
+
+
+# A chaos delay worker's command line (this module's delay-worker entry point).
+DELAY_WORKER_ARGS = [
+    sys.executable,
+    "-m",
+    "tests.chaos",
+    "delay-worker",
+    "--queues",
+    QUEUE,
+    "-v",
+    "1",
+]
+
+
+def celery_worker_child(env: dict[str, str], folder: Path) -> Child:
+    """The chaos Celery worker (prefork, 2 processes, Celery's prefetch), not yet started."""
+    return Child(
+        "celery worker",
+        [sys.executable, "-m", "tests.chaos", "celery-worker", "-I", "tests.chaos_tasks",
+         "-l", "info", "-c", "2", "--without-gossip", "--without-mingle",
+         "--without-heartbeat", "--prefetch-multiplier", "4"],
+        env,
+        folder / "celery.log",
+    )  # fmt: skip
 
 
 def kill_delay_worker(rig: Rig, stop: threading.Event) -> str:

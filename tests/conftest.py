@@ -87,6 +87,15 @@ def info_everywhere(client: redis.Redis, section: str) -> list[dict[str, Any]]:
     return [client.info(section)]
 
 
+def command_calls(client: redis.Redis, *commands: str) -> int:
+    """How many times delayqueue's server (or every cluster primary) ran these commands."""
+    return sum(
+        int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+        for stats in info_everywhere(client, "commandstats")
+        for command in commands
+    )
+
+
 def only_on(*topologies: str) -> pytest.MarkDecorator:
     """Skip a test on the other topologies (it sets up a Redis of its own, say)."""
     return pytest.mark.skipif(

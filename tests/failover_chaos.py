@@ -53,7 +53,7 @@ from typing import Any, Literal, cast
 
 import redis
 
-from tests.chaos import OVERRIDE_ENV, QUEUE, Child
+from tests.chaos import DELAY_WORKER_ARGS, OVERRIDE_ENV, QUEUE, Child, celery_worker_child
 from tests.processes import child_env
 from tests.redis_server import RedisServer
 from tests.topologies import MASTER_NAME, ClusterSet, SentinelSet
@@ -319,19 +319,10 @@ class FailoverRig:
             DQ_CHAOS_ACK_EMULATION="1",
             **{OVERRIDE_ENV: json.dumps(self.delayqueue_settings())},
         )
-        py = sys.executable
-        self.celery = Child(
-            "celery worker",
-            [py, "-m", "tests.chaos", "celery-worker", "-I", "tests.chaos_tasks",
-             "-l", "info", "-c", "2", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "--prefetch-multiplier", "4"],
-            env,
-            self.dir / "celery.log",
-        )  # fmt: skip
-        delay_args = [py, "-m", "tests.chaos", "delay-worker", "--queues", QUEUE, "-v", "1"]
+        self.celery = celery_worker_child(env, self.dir)
         for n in range(DELAY_WORKERS):
             self.delay.append(
-                Child(f"delay worker {n}", delay_args, env, self.dir / f"delay{n}.log")
+                Child(f"delay worker {n}", DELAY_WORKER_ARGS, env, self.dir / f"delay{n}.log")
             )
         self.celery.start()
         for child in self.delay:

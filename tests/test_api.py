@@ -20,7 +20,7 @@ from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from orders_demo.models import Product
 from tests import jobs
-from tests.conftest import info_everywhere
+from tests.conftest import command_calls
 from tests.stored import stored_job
 
 SCHEDULED = "dq:{tests}:scheduled"
@@ -137,12 +137,7 @@ def test_on_commit_writes_after_commit_and_never_on_rollback(r: redis.Redis) -> 
 
 
 def _script_calls(r: redis.Redis) -> int:
-    return sum(
-        int(v["calls"])
-        for stats in info_everywhere(r, "commandstats")
-        for k, v in stats.items()
-        if k in ("cmdstat_evalsha", "cmdstat_eval")
-    )
+    return command_calls(r, "evalsha", "eval")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -22,17 +22,14 @@ from delayqueue.errors import InvalidOption, NotDurable
 from delayqueue.runner import run_job
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
-from tests.conftest import info_everywhere, only_on
+from tests.conftest import command_calls, only_on
 from tests.topologies import MASTER_NAME, ClusterSet, SentinelSet
 
 Q = queue_keys("tests")
 
 
 def _waits(client: redis.Redis) -> int:
-    return sum(
-        int(stats.get("cmdstat_wait", {}).get("calls", 0))
-        for stats in info_everywhere(client, "commandstats")
-    )
+    return command_calls(client, "wait")
 
 
 # ---- no replica: the suite's own server -------------------------------------------------------

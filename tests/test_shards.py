@@ -19,7 +19,7 @@ from delayqueue.engine.shards import shard_for, shard_names
 from delayqueue.errors import InvalidOption, InvalidQueueName
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
-from tests.conftest import info_everywhere
+from tests.conftest import command_calls
 
 SHARDS = [f"sharded~{i}" for i in range(4)]
 
@@ -36,10 +36,7 @@ def scheduled(r: redis.Redis, queue: str) -> set[str]:
 
 
 def _script_calls(r: redis.Redis) -> int:
-    return sum(
-        int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
-        for stats in info_everywhere(r, "commandstats")
-    )
+    return command_calls(r, "evalsha")
 
 
 def test_jobs_spread_over_the_shards_and_each_says_its_shard(r: redis.Redis) -> None:
