@@ -154,7 +154,7 @@ def run_pipelined(
     """Run many script calls in one round trip (EVALSHA), loading a script only when Redis
     has lost it (restart, SCRIPT FLUSH). Errors of single calls come back as exceptions.
     With ``wait``, WAIT follows in the same round trip; the second item is the fewest
-    replicas that acknowledged (``wait.replicas`` without a wait).
+    replicas that acknowledged (0 without a wait).
 
     Only the calls Redis refused for a missing script are sent again: the others already
     ran, and running them twice would lose their replies (a claim's jobs, say)."""
