@@ -30,7 +30,7 @@ from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
-from delayqueue.runner import Backoff, failure_call, valid_dispatch
+from delayqueue.runner import Backoff, failure_call, hold_until_due, valid_dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,7 @@ def _run_one(
     backoff: Backoff | None,
     claimed_ms: int | None,
 ) -> int:
+    hold_until_due(job.due_ms, claimed_ms)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(

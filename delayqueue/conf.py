@@ -55,6 +55,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 64 * 1024,
     # Longest the worker sleeps without a reason to wake, in seconds (at most WAKE_HORIZON).
     "SAFETY_POLL": 5.0,
+    # Seconds ahead of its due time a job is claimed and handed to Celery, whose worker begins
+    # it and holds it until the due time: the hops (claim, broker, pool) are paid before it,
+    # and it starts on time. A job this close to its due time can no longer be cancelled or
+    # rescheduled (it is in flight). 0 hands each job over at its due time. At most 1.
+    "DISPATCH_AHEAD": 0.05,
     # Seconds a Redis command may take before the caller gets an error instead of a hang.
     "SOCKET_TIMEOUT": 5.0,
     # Dead jobs kept per queue; the oldest are trimmed past this.
@@ -103,6 +108,7 @@ class Settings:
     max_delay: float
     max_payload_bytes: int
     safety_poll: float
+    dispatch_ahead: float
     socket_timeout: float
     dead_max: int
     celery_app: str | None

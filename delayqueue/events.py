@@ -187,6 +187,13 @@ def requeued(sender: str, queue: str, job_id: str, task: str | None = None) -> N
 LOG_EACH_DISPATCH = 20  # a larger batch logs one INFO line, its jobs at DEBUG
 
 
+def _from_due(lateness_ms: int) -> str:
+    """A dispatch's lateness in words: after its due time, or ahead of it (DISPATCH_AHEAD)."""
+    if lateness_ms < 0:
+        return f"{-lateness_ms} ms ahead of its due time"
+    return f"{lateness_ms} ms after its due time"
+
+
 def dispatched_batch(queue: str, lateness: list[int | None]) -> None:
     """One line for a batch of more than ``LOG_EACH_DISPATCH`` jobs dispatched from
     ``queue`` (the per-job lines are at DEBUG then, as for the client's batch writes): a
@@ -194,7 +201,9 @@ def dispatched_batch(queue: str, lateness: list[int | None]) -> None:
     if logger.isEnabledFor(INFO):
         known = sorted(ms for ms in lateness if ms is not None)
         late = (
-            f", {known[len(known) // 2]} ms median / {known[-1]} ms most after due" if known else ""
+            f", median {_from_due(known[len(known) // 2])}, latest {_from_due(known[-1])}"
+            if known
+            else ""
         )
         _log(
             INFO,
@@ -216,7 +225,7 @@ def dispatched(
     level: int = INFO,
 ) -> None:
     if logger.isEnabledFor(level):
-        late = "" if lateness_ms is None else f", {lateness_ms} ms after its due time"
+        late = "" if lateness_ms is None else f", {_from_due(lateness_ms)}"
         _log(
             level,
             "job %s dispatched: %s on %s, attempt %s%s",

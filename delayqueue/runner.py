@@ -109,6 +109,18 @@ def _since_ms(request: Any, name: str, now_ms: int) -> int | None:
     return None if then is None else now_ms - then
 
 
+def hold_until_due(due_ms: int | None, claimed_ms: int | None) -> None:
+    """Wait for the due time of a job the delay worker claimed ahead of it (DISPATCH_AHEAD):
+    begun already, it starts on time rather than a hop later. The wait is by this host's
+    clock, and never longer than the job was claimed ahead (both times are Redis's): a host
+    clock that is behind holds a job no longer than that."""
+    if due_ms is None or claimed_ms is None or due_ms <= claimed_ms:
+        return
+    wait_ms = min(due_ms - time.time() * 1000, due_ms - claimed_ms)
+    if wait_ms > 0:
+        time.sleep(wait_ms / 1000)
+
+
 def _task_name(call: Callable[..., Any]) -> str:
     """The name of the task being run: ``call`` is a task object (a plain task run by
     delayqueue.run_task) or the ``run`` of the current task (a @delayed_task)."""
@@ -154,8 +166,9 @@ def run_job(
         return None
     task = _task_name(call)
     attempt = started.attempt
+    request = getattr(current_task, "request", None)
+    hold_until_due(header_ms(request, HEADER_DUE), header_ms(request, HEADER_CLAIMED))
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
-        request = getattr(current_task, "request", None)
         now_ms = time.time_ns() // 1_000_000
         events.started(
             queue,

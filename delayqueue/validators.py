@@ -65,6 +65,19 @@ def check_positive(value: Any, name: str, *, maximum: float = math.inf) -> float
     return number
 
 
+MAX_DISPATCH_AHEAD = 1.0  # seconds (claim.lua's MAX_AHEAD_MS)
+
+
+def check_dispatch_ahead(value: Any, name: str = "dispatch_ahead") -> float:
+    """Seconds from 0 to MAX_DISPATCH_AHEAD."""
+    number = _number(name, value)
+    if not 0 <= number <= MAX_DISPATCH_AHEAD:
+        raise InvalidOption(
+            f"{name} must be from 0 to {MAX_DISPATCH_AHEAD:g} seconds, not {shown(value)}"
+        )
+    return number
+
+
 def check_positive_int(value: Any, name: str, *, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidOption(f"{name} must be a positive int, not {shown(value)}")
@@ -208,6 +221,7 @@ SETTING_VALIDATORS: dict[str, Callable[[Any], object]] = {
     "MAX_DELAY": lambda v: check_positive(v, "MAX_DELAY", maximum=100 * 365 * 24 * 3600),
     "MAX_PAYLOAD_BYTES": lambda v: check_positive_int(v, "MAX_PAYLOAD_BYTES", maximum=16 << 20),
     "SAFETY_POLL": lambda v: check_positive(v, "SAFETY_POLL"),
+    "DISPATCH_AHEAD": lambda v: check_dispatch_ahead(v, "DISPATCH_AHEAD"),
     "SOCKET_TIMEOUT": lambda v: check_positive(v, "SOCKET_TIMEOUT", maximum=3600),
     "DEAD_MAX": lambda v: check_positive_int(v, "DEAD_MAX", maximum=100_000_000),
     "REDIS_CLUSTER": lambda v: check_flag(v, "REDIS_CLUSTER"),

@@ -44,7 +44,7 @@ def claim_all() -> list[list[Any]]:
     stats = k.stats(current_minute())
     reply = get_scripts().claim(
         [k.scheduled, k.inflight, k.job_prefix, k.paused, stats, k.dead, k.specs],
-        [1000, 300_000, STATS_TTL_SECONDS],
+        [1000, 300_000, STATS_TTL_SECONDS, 0],
     )
     return list(reply[4])
 

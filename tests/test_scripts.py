@@ -50,11 +50,11 @@ def exists(r: redis.Redis, job_id: str) -> bool:
     return bool(r.exists(Q.job(job_id)) or r.hexists(Q.specs, job_id))
 
 
-def claim(limit: int = 10, visibility_ms: int = 60_000) -> list[Any]:
+def claim(limit: int = 10, visibility_ms: int = 60_000, ahead_ms: int = 0) -> list[Any]:
     return get_scripts().claim(
         [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, Q.stats(current_minute()), Q.dead,
          Q.specs],
-        [limit, visibility_ms, STATS_TTL_SECONDS],
+        [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
     )  # fmt: skip
 
 
@@ -190,6 +190,20 @@ def test_claim_takes_due_jobs_in_due_order_up_to_the_limit(r: redis.Redis) -> No
     assert r.zcard(Q.scheduled) == 2  # J1 and the future J3
     assert [j[0] for j in claim(limit=10)[4]] == ["J1"]
     assert r.hget(Q.stats(current_minute()), "dispatched") == "3"
+
+
+def test_claim_ahead_takes_jobs_due_within_the_window_with_their_own_due_times(
+    r: redis.Redis,
+) -> None:
+    enqueue("SOON", 500)
+    enqueue("LATER", 5_000)
+    assert claim(ahead_ms=100)[4] == []  # due in 0.5 s: outside a 0.1 s window
+    now, next_due, _, _, jobs = claim(ahead_ms=1_000)
+    assert [j[0] for j in jobs] == ["SOON"]
+    assert now < int(jobs[0][6]) <= now + 500  # its own due time, still ahead
+    assert r.zscore(Q.inflight, "SOON") == now + 60_000  # the deadline runs from the claim
+    assert next_due > now + 4_000  # LATER, reported at its due time
+    assert r.zscore(Q.scheduled, "LATER") is not None
 
 
 def test_claim_honours_per_job_visibility_and_pause(r: redis.Redis) -> None:

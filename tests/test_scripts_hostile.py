@@ -56,7 +56,7 @@ def enqueue(c: Raw, job_id: str, delay_ms: int = 0, key: str = "",
 
 def claim(c: Raw, visibility_ms: int = 60_000) -> Any:
     keys = [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs]
-    return run("claim", keys, [1000, visibility_ms, STATS_TTL_SECONDS], c)
+    return run("claim", keys, [1000, visibility_ms, STATS_TTL_SECONDS, 0], c)
 
 
 def reap(c: Raw) -> Any:
@@ -304,7 +304,7 @@ def test_a_claim_batch_larger_than_lua_can_unpack(raw: Raw) -> None:
             args += [f"J{i:05}", "delay", 0, "", "keep", pack(TASK, "[]")]
         run("enqueue", keys, args, raw)
     keys = [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs]
-    assert len(run("claim", keys, [9000, 60_000, STATS_TTL_SECONDS], raw)[4]) == 9000
+    assert len(run("claim", keys, [9000, 60_000, STATS_TTL_SECONDS, 0], raw)[4]) == 9000
     assert raw.zcard(Q.inflight) == 9000 and raw.zcard(Q.scheduled) == 0
 
 
@@ -560,9 +560,11 @@ BAD_NUMBERS = ["abc", "nan", "inf", "-inf", "1e400", ""]
 # (script, keys, args, index of a numeric argument) as the callers pass them, on the world
 NUMERIC_ARGS: list[tuple[str, list[Any], list[Any], int]] = [
     ("claim", [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs],
-     [1000, 60_000, STATS_TTL_SECONDS], 0),
+     [1000, 60_000, STATS_TTL_SECONDS, 0], 0),
     ("claim", [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs],
-     [1000, 60_000, STATS_TTL_SECONDS], 1),
+     [1000, 60_000, STATS_TTL_SECONDS, 0], 1),
+    ("claim", [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs],
+     [1000, 60_000, STATS_TTL_SECONDS, 0], 3),
     ("reap", [Q.inflight, Q.scheduled, Q.dead, Q.job_prefix, Q.dedupe], [1000, 3], 0),
     ("reap", [Q.inflight, Q.scheduled, Q.dead, Q.job_prefix, Q.dedupe], [1000, 3], 1),
     ("begin", [Q.job("I2"), Q.inflight], ["I2", "TOKEN", 60_000], 2),

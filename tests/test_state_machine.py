@@ -169,7 +169,7 @@ class JobStateMachine(RuleBasedStateMachine):
                 k.dead,
                 k.specs,
             ],
-            [1000, 0 if expired else HOUR_MS, STATS_TTL_SECONDS],
+            [1000, 0 if expired else HOUR_MS, STATS_TTL_SECONDS, 0],
         )
         claimed = {str(c[0]): (int(c[1]), int(c[2])) for c in reply[4]}
         due = {i for i, j in self.jobs.items() if j.state == "scheduled" and j.due_now}

@@ -173,7 +173,9 @@ def _bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
-def claim(keys: QueueKeys, *, limit: int, visibility_ms: int) -> ScriptCall[Claim]:
+def claim(
+    keys: QueueKeys, *, limit: int, visibility_ms: int, ahead_ms: int = 0
+) -> ScriptCall[Claim]:
     return ScriptCall(
         "claim",
         [
@@ -185,7 +187,7 @@ def claim(keys: QueueKeys, *, limit: int, visibility_ms: int) -> ScriptCall[Clai
             keys.dead,
             keys.specs,
         ],
-        [limit, visibility_ms, STATS_TTL_SECONDS],
+        [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
         _claim_reply,
     )
 

@@ -36,7 +36,11 @@ from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.runner import get_celery_app
-from delayqueue.validators import check_batch_size, check_visibility_timeout
+from delayqueue.validators import (
+    check_batch_size,
+    check_dispatch_ahead,
+    check_visibility_timeout,
+)
 from delayqueue.worker.clock import RedisClock
 from delayqueue.worker.dispatch import Claimed, Dispatcher, decode_claimed
 from delayqueue.worker.publishers import Publisher
@@ -92,6 +96,9 @@ class DelayWorker:
         )
         self.visibility_ms = round(check_visibility_timeout(timeout) * 1000)
         self.safety_poll = float(config.safety_poll)
+        # Jobs due within this many ms are claimed too; the Celery side holds each until its
+        # due time (runner.hold_until_due), so the hops are paid before it.
+        self.ahead_ms = round(check_dispatch_ahead(config.dispatch_ahead, "DISPATCH_AHEAD") * 1000)
         self.app = celery_app or get_celery_app()
         self.dispatcher = Dispatcher(self.app)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
@@ -222,7 +229,12 @@ class DelayWorker:
             if reaping:
                 calls.append(transitions.reap(keys, limit=self.batch_size, max_attempts=attempts))
             calls.append(
-                transitions.claim(keys, limit=self.claim_limit, visibility_ms=self.visibility_ms)
+                transitions.claim(
+                    keys,
+                    limit=self.claim_limit,
+                    visibility_ms=self.visibility_ms,
+                    ahead_ms=self.ahead_ms,
+                )
             )
             plan.append((queue, reaping, calls))
         return plan
@@ -240,10 +252,10 @@ class DelayWorker:
         the queue next needs the worker (due time, in-flight deadline). Returns those points."""
         self.clock.observe(claim.now_ms, replied)
         result.full = result.full or len(claim.jobs) >= self.claim_limit
+        # The next job is claimed ahead_ms before it is due.
+        ahead = None if claim.next_due_ms is None else claim.next_due_ms - self.ahead_ms
         points = [
-            (point, claim.now_ms)
-            for point in (claim.next_due_ms, claim.next_deadline_ms)
-            if point is not None
+            (point, claim.now_ms) for point in (ahead, claim.next_deadline_ms) if point is not None
         ]
         for point, now in points:
             result.wait_ms = min(result.wait_ms, max(0, point - now))

@@ -7,6 +7,7 @@ local MIN_TIME_MS = -62135596800000   -- 0001-01-01T00:00:00Z
 local MAX_TIME_MS = 253402300799999   -- 9999-12-31T23:59:59.999Z
 local MAX_VT_MS = 1e12
 local MAX_MAX_ATTEMPTS = 1e9
+local MAX_AHEAD_MS = 1000  -- claim's ahead ms (validators.MAX_DISPATCH_AHEAD)
 
 -- `v` as a number when it is one within [lo, hi]; nil for nan, inf, text, false or nil.
 local function number_in(v, lo, hi)

@@ -13,6 +13,8 @@
 -- ARGV[2] visibility timeout ms for jobs that set none of their own (doubled per earlier
 --         dispatch that never started, up to 32 times)
 -- ARGV[3] stats ttl seconds
+-- ARGV[4] ahead ms: jobs due within this many ms from now are claimed too (DISPATCH_AHEAD:
+--         the Celery side holds each until its due time, so it starts on time)
 -- Returns {now ms, next due ms or -1, next deadline ms or -1, paused 0|1,
 --          {{id, token, attempt, task, args json, kwargs json or "", due ms}, ...}}
 -- #include _now.lua
@@ -27,8 +29,10 @@ local now = now_ms()
 local limit = number_in(ARGV[1], 0, 1e6)
 local default_vt = number_in(ARGV[2], 0, MAX_VT_MS)
 local ttl = number_in(ARGV[3], 1, 1e9)
-if not (limit and default_vt and ttl) then
-  return redis.error_reply('ERR claim: ARGV is a limit, a visibility ms and a stats ttl')
+local ahead = number_in(ARGV[4], 0, MAX_AHEAD_MS)
+if not (limit and default_vt and ttl and ahead) then
+  return redis.error_reply('ERR claim: ARGV is a limit, a visibility ms, a stats ttl and an '
+                           .. 'ahead ms')
 end
 local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[6], 'zset', KEYS[7], 'hash'})
 if bad then return bad end
@@ -47,8 +51,8 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   return {now, -1, head_score(KEYS[2]), 1, {}}
 end
 
--- Due jobs, and jobs due after year 9999 (no time delayqueue writes: corrupt, to dead).
-local ids, far, due_of = due_ids(KEYS[1], now, limit, true)
+-- Due jobs (and those due within `ahead` ms), and jobs due after year 9999 (no time delayqueue writes: corrupt, to dead).
+local ids, far, due_of = due_ids(KEYS[1], now + ahead, limit, true)
 
 -- What claiming job `id` would do, from reads only: {ok = true, ...} or {why = reason, ...}.
 local function examine(id, far_due)
