@@ -31,6 +31,9 @@ def test_good_settings_pass() -> None:
         ({"REDIS_URL": "redis://x", "VISIBILITY_TIMEOUT": 0.0004}, "delayqueue.E004"),
         ({"REDIS_URL": "redis://x", "MAX_DELAY": 1e300}, "delayqueue.E004"),
         ({"REDIS_URL": "redis://x", "SAFETY_POLL": 61}, "delayqueue.E006"),
+        ({"REDIS_URL": "redis://x", "DISPATCH_AHEAD": 1.5}, "delayqueue.E004"),
+        ({"REDIS_URL": "redis://x", "DISPATCH_AHEAD": -0.01}, "delayqueue.E004"),
+        ({"REDIS_URL": "redis://x", "DISPATCH_AHEAD": "50ms"}, "delayqueue.E004"),
         ({"REDIS_URL": "redis://x", "VISIBILITY_TIMEOUT": 1, "SAFETY_POLL": 5}, "delayqueue.W002"),
     ],
 )

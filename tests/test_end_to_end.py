@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -26,6 +28,30 @@ def test_job_runs_through_celery_and_is_acked(celery_worker, delay_worker, r):
     wait_for(
         lambda: r.zcard("dq:{tests}:inflight") == 0 and not r.exists(f"dq:{{tests}}:job:{job.id}")
     )
+
+
+def test_jobs_are_handed_over_ahead_and_start_no_earlier_than_their_due_time(
+    celery_worker, delay_worker, r
+):
+    """DISPATCH_AHEAD (0.05 s by default): the delay worker claims and dispatches a job
+    before its due time, and the Celery side (one job per message, or a batch) holds it
+    until then."""
+    worker = delay_worker("--queues", "tests")
+    start = time.time() + 1.5
+    due: dict[str, float] = {}
+    for i in range(6):
+        for task, tag in ((jobs.record, f"single-{i}"), (jobs.batched, f"batch-{i}")):
+            job = task.delay_until(tag, eta=datetime.fromtimestamp(start + i * 0.03, UTC))
+            assert job.due_at is not None
+            due[tag] = job.due_at.timestamp()
+    wait_for(lambda: len(jobs.ran()) >= 12, 20)
+    started = {str(run["tag"]): float(run["at"]) for run in jobs.ran()}  # type: ignore[arg-type]
+    assert sorted(started) == sorted(due)
+    # (due_at is the due time to the ms that Redis holds; the run's clock is the same host's)
+    early = {tag: due[tag] - at for tag, at in started.items() if at < due[tag] - 0.001}
+    assert early == {}, f"started before their due time (s): {early}"
+    # and they were handed over before it (a pass waking at the due time would say "after")
+    assert "ahead of its due time" in worker.output()
 
 
 def test_plain_celery_task_and_immediate_delay(celery_worker, delay_worker, r):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,46 @@ def test_pass_claims_due_jobs_and_publishes_them_to_celery(r: redis.Redis, parke
     # it will sleep until the later job is due, not a fixed poll
     assert 25_000 < result.wait_ms <= 30_000
     assert r.zscore(Q.scheduled, later.id) is not None
+
+
+def test_a_pass_claims_what_is_due_within_dispatch_ahead_and_wakes_that_early(
+    r: redis.Redis, parked: Celery
+) -> None:
+    soon = jobs.record.delay_for("soon", seconds=0.3, on_commit=False)
+    later = jobs.record.delay_for("later", seconds=30, on_commit=False)
+    ahead = {**settings.DELAYQUEUE, "SAFETY_POLL": 60, "DISPATCH_AHEAD": 0.5}
+    with override_settings(DELAYQUEUE={**ahead, "DISPATCH_AHEAD": 0}):
+        assert DelayWorker(["tests"], celery_app=parked).run_pass().claimed == []
+    with override_settings(DELAYQUEUE=ahead):
+        result = DelayWorker(["tests"], celery_app=parked).run_pass()
+    assert [job.id for job in result.claimed] == [soon.id]
+    job = result.claimed[0]
+    assert job.due_ms is not None and job.claimed_ms is not None
+    assert 0 < job.due_ms - job.claimed_ms <= 300  # handed over ahead, with its due time
+    assert broker().llen(BROKER_QUEUE) == 1
+    assert 25_000 < result.wait_ms <= 29_500  # it wakes 0.5 s before the later job is due
+    assert r.zscore(Q.scheduled, later.id) is not None
+
+
+def test_the_celery_side_holds_a_job_dispatched_ahead_until_its_due_time() -> None:
+    from delayqueue.runner import hold_until_due
+
+    def held(due_ms: float | None, claimed_ms: float | None) -> float:
+        started = time.monotonic()
+        hold_until_due(
+            None if due_ms is None else int(due_ms), None if claimed_ms is None else int(claimed_ms)
+        )
+        return time.monotonic() - started
+
+    now_ms = time.time() * 1000
+    assert 0.075 <= held(now_ms + 80, now_ms) < 0.5
+    # A host clock behind Redis's (the due time looks 5 s away): held only as long as the
+    # job was claimed ahead of its due time (both times are Redis's).
+    assert 0.035 <= held(now_ms + 5_000, now_ms + 5_000 - 40) < 0.5
+    # Claimed at or after its due time, or without the times: not held.
+    assert held(now_ms + 5_000, now_ms + 5_000) < 0.01
+    assert held(now_ms - 10, now_ms) < 0.01
+    assert held(None, now_ms) < 0.01
 
 
 def test_a_pass_after_redis_lost_only_some_scripts_keeps_what_it_claimed(
