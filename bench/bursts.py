@@ -112,7 +112,7 @@ def burst(env: BenchEnv, sizes: Sizes) -> list[Figure]:
         results: dict[str, tuple[float, float]] = {}
         for system in SYSTEMS:
             lead_ms = _lead_s(system, count) * 1000
-            dues, rows = _run(env, system, lambda now: [now + lead_ms] * count)  # noqa: B023
+            dues, rows = _run(env, system, lambda now: [float(int(now + lead_ms))] * count)  # noqa: B023
             due = dues[0]
             starts = sorted(started for _, started in rows)
             drained = count / max(0.001, (starts[-1] - due) / 1000)
