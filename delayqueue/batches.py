@@ -48,6 +48,9 @@ class BatchJob:
     kwargs: dict[str, Any]
     due_ms: int | None
     attempt: int = 0
+    # set by its begin: Redis's clock as it ran, and the time.monotonic() of its reply
+    begun_ms: int | None = None
+    replied: float = 0.0
 
     @classmethod
     def parse(cls, entry: Any) -> BatchJob | None:
@@ -140,6 +143,7 @@ def _begin(keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int
     calls = [transitions.begin(keys, j.id, j.token, visibility_ms=visibility_ms) for j in jobs]
     try:
         replies = run_many(calls)
+        replied = time.monotonic()
     except DelayQueueError as exc:
         logger.error(
             "batch of %s jobs on %s not run: no start recorded (%s)", len(jobs), queue, exc
@@ -156,7 +160,7 @@ def _begin(keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int
                 "job %s on %s: stale dispatch (token %s), not run", job.id, queue, job.token
             )
         else:
-            job.attempt = began.attempt
+            job.attempt, job.begun_ms, job.replied = began.attempt, began.now_ms, replied
             runnable.append(job)
     return runnable
 
@@ -171,7 +175,7 @@ def _run_one(
     backoff: Backoff | None,
     claimed_ms: int | None,
 ) -> int:
-    hold_until_due(job.due_ms, claimed_ms)
+    hold_until_due(job.due_ms, job.begun_ms, job.replied)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(

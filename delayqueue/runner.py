@@ -19,7 +19,7 @@ from delayqueue.engine import transitions
 from delayqueue.engine.execution import run, run_direct
 from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError, UnknownTask
-from delayqueue.validators import BACKOFF_MAX_SECONDS
+from delayqueue.validators import BACKOFF_MAX_SECONDS, MAX_DISPATCH_AHEAD
 
 logger = logging.getLogger(__name__)
 
@@ -109,16 +109,17 @@ def _since_ms(request: Any, name: str, now_ms: int) -> int | None:
     return None if then is None else now_ms - then
 
 
-def hold_until_due(due_ms: int | None, claimed_ms: int | None) -> None:
+def hold_until_due(due_ms: int | None, begun_ms: int | None, replied: float) -> None:
     """Wait for the due time of a job the delay worker claimed ahead of it (DISPATCH_AHEAD):
-    begun already, it starts on time rather than a hop later. The wait is by this host's
-    clock, and never longer than the job was claimed ahead (both times are Redis's): a host
-    clock that is behind holds a job no longer than that."""
-    if due_ms is None or claimed_ms is None or due_ms <= claimed_ms:
+    begun already, it starts on time rather than a hop later. ``begun_ms`` is Redis's clock
+    as ``begin`` ran, ``replied`` the ``time.monotonic()`` its reply arrived: Redis read its
+    clock before that, so the job never starts before its due time by Redis's clock,
+    whatever this host's clock says. At most MAX_DISPATCH_AHEAD, whatever a header says."""
+    if due_ms is None or begun_ms is None or due_ms <= begun_ms:
         return
-    wait_ms = min(due_ms - time.time() * 1000, due_ms - claimed_ms)
-    if wait_ms > 0:
-        time.sleep(wait_ms / 1000)
+    wait = min(due_ms - begun_ms, MAX_DISPATCH_AHEAD * 1000) / 1000 - (time.monotonic() - replied)
+    if wait > 0:
+        time.sleep(wait)
 
 
 def _task_name(call: Callable[..., Any]) -> str:
@@ -154,6 +155,7 @@ def run_job(
         # is written, and the run must not be given up for it)
         begin = transitions.begin(keys, job_id, token, visibility_ms=visibility_ms)
         started = run_direct(begin, strict=False)
+        replied = time.monotonic()
     except DelayQueueError as exc:
         # Redis down, or the queue's keys broken: the task does not run now, and the job,
         # still in flight, is reaped and dispatched again once Redis can say it may run.
@@ -167,7 +169,7 @@ def run_job(
     task = _task_name(call)
     attempt = started.attempt
     request = getattr(current_task, "request", None)
-    hold_until_due(header_ms(request, HEADER_DUE), header_ms(request, HEADER_CLAIMED))
+    hold_until_due(header_ms(request, HEADER_DUE), started.now_ms, replied)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(

@@ -65,25 +65,27 @@ def test_a_pass_claims_what_is_due_within_dispatch_ahead_and_wakes_that_early(
     assert r.zscore(Q.scheduled, later.id) is not None
 
 
-def test_the_celery_side_holds_a_job_dispatched_ahead_until_its_due_time() -> None:
+def test_the_celery_side_holds_a_job_dispatched_ahead_until_its_due_time_by_redis_clock() -> None:
+    """``begin`` returns Redis's clock; the hold is the due time minus it, counted from the
+    reply, so this host's clock does not matter."""
     from delayqueue.runner import hold_until_due
 
-    def held(due_ms: float | None, claimed_ms: float | None) -> float:
+    def held(due_ms: int | None, begun_ms: int | None, replied_ago: float = 0.0) -> float:
         started = time.monotonic()
-        hold_until_due(
-            None if due_ms is None else int(due_ms), None if claimed_ms is None else int(claimed_ms)
-        )
+        hold_until_due(due_ms, begun_ms, started - replied_ago)
         return time.monotonic() - started
 
-    now_ms = time.time() * 1000
-    assert 0.075 <= held(now_ms + 80, now_ms) < 0.5
-    # A host clock behind Redis's (the due time looks 5 s away): held only as long as the
-    # job was claimed ahead of its due time (both times are Redis's).
-    assert 0.035 <= held(now_ms + 5_000, now_ms + 5_000 - 40) < 0.5
-    # Claimed at or after its due time, or without the times: not held.
-    assert held(now_ms + 5_000, now_ms + 5_000) < 0.01
-    assert held(now_ms - 10, now_ms) < 0.01
-    assert held(None, now_ms) < 0.01
+    redis_ms = 5_000_000  # any clock: only due - begun counts
+    assert 0.08 <= held(redis_ms + 80, redis_ms) < 0.5
+    # the time since the reply arrived is part of the hold
+    assert 0.03 <= held(redis_ms + 80, redis_ms, replied_ago=0.05) < 0.075
+    # never more than MAX_DISPATCH_AHEAD (1 s), whatever a message's header says
+    assert 0.999 <= held(redis_ms + 3_600_000, redis_ms) < 1.5
+    # begun at or after its due time, or without the times: not held
+    assert held(redis_ms, redis_ms) < 0.01
+    assert held(redis_ms - 10, redis_ms) < 0.01
+    assert held(None, redis_ms) < 0.01
+    assert held(redis_ms + 80, None) < 0.01
 
 
 def test_a_pass_after_redis_lost_only_some_scripts_keeps_what_it_claimed(

@@ -200,13 +200,14 @@ class Begun:
     run: bool  # False: a stale dispatch (or data that cannot run): do not run the task
     attempt: int = 0
     max_attempts: str = ""  # "" when the job stores none
+    now_ms: int | None = None  # Redis's clock as the script ran
 
 
 def begin(keys: QueueKeys, job_id: str, token: str, *, visibility_ms: int) -> ScriptCall[Begun]:
     def parse(reply: Any) -> Begun:
         if not int(reply[0]):
             return Begun(False)
-        return Begun(True, int(reply[1]), _text(reply[2]))
+        return Begun(True, int(reply[1]), _text(reply[2]), int(reply[3]))
 
     return ScriptCall(
         "begin",

@@ -5,8 +5,10 @@
 -- ARGV[1] job id
 -- ARGV[2] fencing token the dispatch carried
 -- ARGV[3] visibility timeout ms for jobs that set none of their own
--- Returns {1, attempt, max attempts or ""} to run, {0} when the token is stale (or the
--- job's data is corrupt: it does not run, and reap or the next claim sends it to dead).
+-- Returns {1, attempt, max attempts or "", now ms} to run (Redis's clock: a job dispatched
+-- ahead of its due time is held until then by it, see runner.hold_until_due), {0} when the
+-- token is stale (or the job's data is corrupt: it does not run, and reap or the next claim
+-- sends it to dead).
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
@@ -26,4 +28,4 @@ if not (vt and attempt and max_attempts(f[3], 1)) then return {0} end
 redis.call('ZADD', KEYS[2], 'XX', now + vt, ARGV[1])
 redis.call('HSET', KEYS[1], 'began', ARGV[2])  -- this dispatch started (see reap.lua)
 redis.call('HDEL', KEYS[1], 'rp')
-return {1, attempt, f[3] or ''}
+return {1, attempt, f[3] or '', now}
