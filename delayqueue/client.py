@@ -447,7 +447,7 @@ def reschedule(
     with redis_errors():
         pipe = get_redis().pipeline(transaction=False)
         pipe.hget(keys.job(found_id), "task")
-        pipe.hget(keys.specs, found_id)
+        pipe.hget(keys.spec_bucket(found_id), found_id)
         in_hash, spec = pipe.execute()
         name = job_fields({"task": in_hash} if in_hash else {}, spec).get("task", "")
     return Job(

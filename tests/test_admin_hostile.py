@@ -96,7 +96,7 @@ def plant_jobs(raw: redis.Redis, queue: str = Q) -> list[str]:
     # packed specs of never-claimed jobs: malformed, non-UTF-8, wrong field counts
     for spec in [b"", b"no newlines", b"\n" * 20, NOT_UTF8 + b"\n" + PICKLE, b"t\n[\n{\nx\ny\n"]:
         n += 1
-        raw.hset(k.specs, ulid(n), spec)
+        raw.hset(k.spec_bucket(ulid(n)), ulid(n), spec)
         raw.zadd(k.scheduled, {ulid(n): 5})
         ids.append(ulid(n))
     # a job key of the wrong type, in every state
@@ -140,7 +140,8 @@ def plant_wrong_types(raw: redis.Redis) -> None:
         raw.set(k.scheduled, "a string")
         raw.hset(k.inflight, "a", "hash")
         raw.rpush(k.dead, "a list")
-        raw.set(k.specs, "a string")
+        raw.set(k.spec_bucket(ulid(1)), "a string")  # the specs bucket of the job shown
+        raw.set(k.legacy_specs, "a string")
         raw.sadd(k.dedupe, "a set")
         raw.rpush(k.stats(current_minute()), "a list")
 

@@ -274,12 +274,12 @@ def test_changed_settings_apply_to_the_next_job(r: redis.Redis) -> None:
 
 
 def test_reschedule_names_the_task_of_a_job_back_from_a_failed_attempt(r: redis.Redis) -> None:
-    """Such a job's spec is in its hash (claim unpacked it), not in the specs hash."""
+    """Such a job's spec is in its hash (claim unpacked it), not in a specs bucket."""
     job = jobs.record.delay_for("a", seconds=0, on_commit=False)
     k = queue_keys("tests")
     claimed = get_scripts().claim(
         [k.scheduled, k.inflight, k.job_prefix, k.paused, k.stats(current_minute()), k.dead,
-         k.specs],
+         k.spec_prefix, k.legacy_specs],
         [10, 60_000, STATS_TTL_SECONDS, 0],
     )[4]  # fmt: skip
     token = str(claimed[0][1])
@@ -288,6 +288,6 @@ def test_reschedule_names_the_task_of_a_job_back_from_a_failed_attempt(r: redis.
          k.job_prefix],
         [job.id, token, 60_000, "ValueError: x", "tb", 5, 100, STATS_TTL_SECONDS, k.wake],
     )  # fmt: skip
-    assert outcome == "retry" and not r.hexists(k.specs, job.id)
+    assert outcome == "retry" and not r.hexists(k.spec_bucket(job.id), job.id)
     moved = jobs.record.reschedule(job.id, seconds=5)
     assert moved is not None and moved.task == "tests.jobs.record"

@@ -12,7 +12,7 @@ from delayqueue.engine.clients import get_redis
 from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.packing import pack
-from tests.stored import stored_job
+from tests.stored import packed_specs, stored_job
 
 Q = queue_keys("t")
 BASE = {"task": "tests.jobs.record", "args": '["x"]'}
@@ -23,7 +23,9 @@ def enqueue_many(*jobs: tuple[str, int, str, str]) -> list[Any]:
     for job_id, delay_ms, key, conflict in jobs:
         spec = pack(BASE["task"], BASE["args"], key=key)
         argv += [job_id, "delay", delay_ms, key, conflict, spec]
-    return get_scripts().enqueue([Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs], argv)
+    return get_scripts().enqueue(
+        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix], argv
+    )
 
 
 def job(r: redis.Redis, job_id: str) -> dict[str, str]:
@@ -45,7 +47,7 @@ def test_dedupe_inside_one_batch_and_against_existing(r: redis.Redis) -> None:
     replies = enqueue_many(("E" * 26, 100, "k", "replace"))
     assert replies[0][0] == "C" * 26 and replies[0][2] == "replaced"
     assert r.zcard(Q.scheduled) == 1 and not r.exists(Q.job("D" * 26), Q.job("E" * 26))
-    assert r.hkeys(Q.specs) == ["C" * 26]
+    assert list(packed_specs(r, Q)) == ["C" * 26]
 
 
 def test_one_wake_when_the_batch_changes_the_head(r: redis.Redis) -> None:

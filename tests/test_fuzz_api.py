@@ -822,7 +822,9 @@ def check_cancelled(r: redis.Redis, prior: Prior | None, call: str) -> None:
     for state in ("scheduled", "inflight", "dead"):
         assert r.zscore(getattr(keys, state), job_id) is None, f"{call}: still {state}"
     assert not r.exists(keys.job(job_id)), f"{call}: the cancelled job's hash stayed"
-    assert r.hget(keys.specs, job_id) is None, f"{call}: the cancelled job's spec stayed"
+    assert r.hget(keys.spec_bucket(job_id), job_id) is None, (
+        f"{call}: the cancelled job's spec stayed"
+    )
     if prior.key is not None:
         assert r.hget(keys.dedupe, prior.key) != job_id, f"{call}: its dedupe key stayed"
 
@@ -1087,7 +1089,7 @@ def test_odd_but_accepted_jobs_run_or_die_with_a_reason_on_a_real_celery_worker(
             keys = queue_keys(job.queue)
             if r.zscore(keys.dead, job.id) is not None:
                 continue
-            if r.exists(keys.job(job.id)) or r.hexists(keys.specs, job.id):
+            if r.exists(keys.job(job.id)) or r.hexists(keys.spec_bucket(job.id), job.id):
                 return False
         return True
 
@@ -1103,7 +1105,7 @@ def test_odd_but_accepted_jobs_run_or_die_with_a_reason_on_a_real_celery_worker(
             if not r.hget(keys.job(job.id), "why"):
                 unsettled.append(f"{what}: dead without a reason")
             continue
-        if r.exists(keys.job(job.id)) or r.hexists(keys.specs, job.id):
+        if r.exists(keys.job(job.id)) or r.hexists(keys.spec_bucket(job.id), job.id):
             states = [s for s in ("scheduled", "inflight") if r.zscore(getattr(keys, s), job.id)]
             unsettled.append(f"{what}: still {states or 'stored'} after 60 s")
     assert not unsettled, unsettled

@@ -201,13 +201,13 @@ def corrupt_field(
     keys = queue_keys(queue)
     if r.type(keys.job(job_id)) not in (b"hash", b"none"):
         return  # an earlier corruption made the job key another type: that one stands
-    spec: Any = r.hget(keys.specs, job_id)
+    spec: Any = r.hget(keys.spec_bucket(job_id), job_id)
     if spec is not None and name in SPEC_FIELDS:
         parts = spec.split(b"\n", len(SPEC_FIELDS) - 1)
         if len(parts) != len(SPEC_FIELDS):
             return  # an earlier corruption made the spec malformed: that one stands
         parts[SPEC_FIELDS.index(name)] = value if value is not None else b""
-        r.hset(keys.specs, job_id, b"\n".join(parts))
+        r.hset(keys.spec_bucket(job_id), job_id, b"\n".join(parts))
     elif value is None:
         r.hdel(keys.job(job_id), name)
     else:
@@ -223,6 +223,11 @@ CORRUPTIONS = st.one_of(
     ),  # fmt: skip
     st.tuples(
         st.just("spec"), st.sampled_from(["future", "due", "other-due"]), st.sampled_from(VALUES)
+    ),  # fmt: skip
+    st.tuples(
+        st.just("bucket"),  # the specs bucket of a job (one holding its spec, or not)
+        st.sampled_from(["future", "due", "other-due", "retry"]),
+        st.sampled_from(WRONG_TYPES[:4]),
     ),  # fmt: skip
     st.tuples(
         st.just("jobkey"),
@@ -248,7 +253,7 @@ CORRUPTIONS = st.one_of(
                 f"{OTHER}:scheduled",
                 f"{OTHER}:inflight",
                 f"{OTHER}:dead",
-                f"{OTHER}:specs",
+                f"{OTHER}:specs",  # the one specs hash of builds before the buckets
                 f"{OTHER}:keys",
                 f"{Q}:keys",
                 f"{Q}:paused",
@@ -294,17 +299,22 @@ def _apply(r: redis.Redis, planted: Planted, corruption: tuple[Any, ...]) -> Non
     elif kind == "spec":
         _, tag, value = corruption
         queue, job_id = planted.jobs[tag]
+        bucket = queue_keys(queue).spec_bucket(job_id)
         if value is None:
-            r.hdel(queue_keys(queue).specs, job_id)
+            r.hdel(bucket, job_id)
         else:
-            r.hset(queue_keys(queue).specs, job_id, value)
+            r.hset(bucket, job_id, value)
+    elif kind == "bucket":
+        _, tag, how = corruption
+        queue, job_id = planted.jobs[tag]
+        set_wrong_type(r, queue_keys(queue).spec_bucket(job_id), how)
     elif kind == "jobkey":
         _, tag, how = corruption
         queue, job_id = planted.jobs[tag]
         job_key = queue_keys(queue).job(job_id)
         if how == "missing":
             r.delete(job_key)
-            r.hdel(queue_keys(queue).specs, job_id)
+            r.hdel(queue_keys(queue).spec_bucket(job_id), job_id)
         else:
             set_wrong_type(r, job_key, how)
     elif kind == "score":

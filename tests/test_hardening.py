@@ -88,7 +88,7 @@ def test_nesting_limit_does_not_depend_on_the_callers_stack(r: redis.Redis) -> N
     accepted = at_depth(
         depth, lambda: jobs.record.delay_for(nested(MAX_NESTING - 1), seconds=1, on_commit=False)
     )
-    assert r.hexists(Q.specs, accepted.id)
+    assert r.hexists(Q.spec_bucket(accepted.id), accepted.id)
     with pytest.raises(NotSerializable):
         at_depth(depth, lambda: jobs.record.delay_for(nested(985), seconds=1, on_commit=False))
 
@@ -100,7 +100,7 @@ def test_deeply_nested_data_in_redis_goes_to_dead_and_the_worker_goes_on(
     """Written past the API (an older version, another client): the worker buries it and
     dispatches the other queues' jobs of the same pass."""
     deep = "[" * levels + "]" * levels
-    r.hset(Q.specs, "DEEP", f"tests.jobs.record\n[{deep}]\n\n3\n\n")
+    r.hset(Q.spec_bucket("DEEP"), "DEEP", f"tests.jobs.record\n[{deep}]\n\n3\n\n")
     r.zadd(Q.scheduled, {"DEEP": 0})
     other = delayqueue.enqueue(jobs.record, ["other"], delay=0, queue="other", on_commit=False)
     good = jobs.record.delay_for("good", seconds=0, on_commit=False)
@@ -187,7 +187,7 @@ def test_visibility_timeout_settings_and_flags_use_the_same_bounds() -> None:
 
 def test_a_small_visibility_timeout_is_stored_in_whole_ms(r: redis.Redis) -> None:
     job = delayqueue.enqueue(jobs.record, ["x"], delay=1, visibility_timeout=0.25, on_commit=False)
-    assert str(r.hget(Q.specs, job.id)).split("\n")[4] == "250"
+    assert str(r.hget(Q.spec_bucket(job.id), job.id)).split("\n")[4] == "250"
 
 
 @pytest.mark.parametrize(

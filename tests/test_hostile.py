@@ -30,6 +30,7 @@ from delayqueue import (
     UnknownTask,
 )
 from delayqueue.conf import DEFAULTS
+from delayqueue.engine.keys import queue_keys
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 
@@ -228,7 +229,7 @@ def _plant(raw: redis.Redis, job_id: str, fields: Mapping[Any, Any] | bytes | No
     """A job written behind delayqueue's back: ``fields`` in its hash or, given as bytes, as
     the packed spec of a never-claimed job."""
     if isinstance(fields, bytes):
-        raw.hset(f"dq:{{{Q}}}:specs", job_id, fields)
+        raw.hset(queue_keys(Q).spec_bucket(job_id), job_id, fields)
     elif fields is not None:
         raw.hset(f"dq:{{{Q}}}:job:{job_id}", mapping=fields)
     raw.zadd(f"dq:{{{Q}}}:{zset}", {job_id: score})

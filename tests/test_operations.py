@@ -43,7 +43,16 @@ def claim_all() -> list[list[Any]]:
     k = keys()
     stats = k.stats(current_minute())
     reply = get_scripts().claim(
-        [k.scheduled, k.inflight, k.job_prefix, k.paused, stats, k.dead, k.specs],
+        [
+            k.scheduled,
+            k.inflight,
+            k.job_prefix,
+            k.paused,
+            stats,
+            k.dead,
+            k.spec_prefix,
+            k.legacy_specs,
+        ],  # fmt: skip
         [1000, 300_000, STATS_TTL_SECONDS, 0],
     )
     return list(reply[4])

@@ -12,14 +12,16 @@ import pytest
 import redis
 
 from delayqueue.conf import WAKE_HORIZON_MS
-from delayqueue.engine import scripts
+from delayqueue.engine import scripts, transitions
 from delayqueue.engine.execution import get_scripts
-from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
+from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, new_job_id, queue_keys
 from delayqueue.engine.packing import pack
-from tests.stored import stored_job
+from tests.conftest import command_calls
+from tests.stored import packed_specs, stored_job
 
 Q = queue_keys("t")
 WAKE = Q.wake
+TASK = "tests.jobs.record"
 
 
 def enqueue(
@@ -36,7 +38,7 @@ def enqueue(
         key,
     )
     return get_scripts().enqueue(
-        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs],
+        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix],
         [WAKE, WAKE_HORIZON_MS, job_id, "delay", delay_ms, key, conflict, spec],
     )[0]
 
@@ -47,18 +49,18 @@ def job(r: redis.Redis, job_id: str) -> dict[str, str]:
 
 
 def exists(r: redis.Redis, job_id: str) -> bool:
-    return bool(r.exists(Q.job(job_id)) or r.hexists(Q.specs, job_id))
+    return bool(r.exists(Q.job(job_id)) or r.hexists(Q.spec_bucket(job_id), job_id))
 
 
 def claim(limit: int = 10, visibility_ms: int = 60_000, ahead_ms: int = 0) -> list[Any]:
     return get_scripts().claim(
         [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, Q.stats(current_minute()), Q.dead,
-         Q.specs],
+         Q.spec_prefix, Q.legacy_specs],
         [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
     )  # fmt: skip
 
 
-CANCEL_KEYS = [Q.scheduled, Q.dedupe, Q.job_prefix, Q.specs]
+CANCEL_KEYS = [Q.scheduled, Q.dedupe, Q.job_prefix, Q.spec_prefix]
 
 
 def ack(job_id: str, token: str) -> int:
@@ -94,7 +96,8 @@ def test_enqueue_writes_hash_and_due_time_from_redis_clock(r: redis.Redis) -> No
     assert before + 5000 <= int(due) <= before + 7000
     assert r.zscore(Q.scheduled, "A") == int(due)
     assert job(r, "A") == {"task": "tests.jobs.record", "args": '["x"]', "max": "3"}
-    assert not r.exists(Q.job("A"))  # a scheduled job is one field of the specs hash
+    assert not r.exists(Q.job("A"))  # a scheduled job is one field of its specs bucket
+    assert r.hkeys(Q.spec_bucket("A")) == ["A"]
 
 
 def test_enqueue_publishes_wake_only_for_a_new_earliest_job(r: redis.Redis) -> None:
@@ -224,12 +227,12 @@ def test_claim_moves_a_job_without_data_to_dead(r: redis.Redis) -> None:
 
 def test_claim_unpacks_the_spec_into_the_job_hash(r: redis.Redis) -> None:
     enqueue("A", 0, "line one\nline two", "keep", "kwargs", '{"n":1}', "vt", "5000")
-    assert r.hlen(Q.specs) == 1 and not r.exists(Q.job("A"))
+    assert len(packed_specs(r, Q)) == 1 and not r.exists(Q.job("A"))
     now, *_, jobs = claim()
     [[*claimed, due]] = jobs
     assert claimed == ["A", 1, 1, "tests.jobs.record", '["x"]', '{"n":1}']
     assert 0 <= now - int(due) < 5_000  # the score it was claimed at: its due time
-    assert r.hlen(Q.specs) == 0
+    assert packed_specs(r, Q) == {}
     stored = r.hgetall(Q.job("A"))
     assert {k: stored[k] for k in ("task", "args", "kwargs", "max", "vt", "key")} == {
         "task": "tests.jobs.record",
@@ -246,11 +249,91 @@ def test_claim_unpacks_the_spec_into_the_job_hash(r: redis.Redis) -> None:
 def test_claim_moves_a_malformed_spec_to_dead_and_goes_on(r: redis.Redis, spec: str) -> None:
     enqueue("GOOD", 0)
     r.zadd(Q.scheduled, {"BAD": 0})
-    r.hset(Q.specs, "BAD", spec)
+    r.hset(Q.spec_bucket("BAD"), "BAD", spec)
     assert [j[0] for j in claim()[4]] == ["GOOD"]
-    assert r.zscore(Q.dead, "BAD") is not None and not r.hexists(Q.specs, "BAD")
+    assert r.zscore(Q.dead, "BAD") is not None and packed_specs(r, Q) == {}
     assert r.hget(Q.job("BAD"), "raw") == spec  # kept for people to look at
     assert "corrupt job data" in str(r.hget(Q.job("BAD"), "why"))
+
+
+# ---- specs buckets -------------------------------------------------------------------------
+
+
+def test_a_spec_goes_to_the_bucket_named_by_the_ids_last_two_characters(r: redis.Redis) -> None:
+    ids = [new_job_id() for _ in range(3)]
+    for job_id in ids:
+        enqueue(job_id, 60_000)
+        assert Q.spec_bucket(job_id) == f"{Q.base}:specs:{job_id[-2:]}"
+        assert r.hget(Q.spec_bucket(job_id), job_id) == pack(TASK, '["x"]', "", "3", "", "")
+    assert set(packed_specs(r, Q)) == set(ids) and not r.exists(Q.legacy_specs)
+    assert get_scripts().cancel(CANCEL_KEYS, [ids[0], ""]) == [1, ids[0]]
+    assert [j[0] for j in claim(ahead_ms=1000)[4]] == []  # not due
+    r.zadd(Q.scheduled, {ids[1]: 0})
+    assert [j[0] for j in claim()[4]] == [ids[1]]
+    assert set(packed_specs(r, Q)) == {ids[2]}
+
+
+@pytest.mark.parametrize("member", ["", "Z", "AB", "é", "éx", "x\n"])
+@pytest.mark.parametrize("planted", [True, False])
+def test_any_member_names_a_bucket_and_crashes_no_script(
+    r: redis.Redis, member: str, planted: bool
+) -> None:
+    """A scheduled member of any length (an empty one, one character, bytes cut inside a
+    UTF-8 character) names a bucket, the same in Lua and in QueueKeys.spec_bucket."""
+    r.zadd(Q.scheduled, {member: 0, "OTHER": 0})
+    if planted:
+        r.hset(Q.spec_bucket(member), member, pack(TASK, '["m"]', "", "3", "", "k"))
+        r.hset(Q.dedupe, "k", member)
+    r.hset(Q.spec_bucket("OTHER"), "OTHER", pack(TASK, '["o"]', "", "3", "", ""))
+    claimed = {j[0]: j[4] for j in claim()[4]}
+    if planted:
+        assert claimed == {member: '["m"]', "OTHER": '["o"]'}
+        assert r.hget(Q.job(member), "args") == '["m"]' and packed_specs(r, Q) == {}
+    else:
+        assert claimed == {"OTHER": '["o"]'} and r.zscore(Q.dead, member) is not None
+        assert "missing" in str(r.hget(Q.job(member), "why"))
+
+
+@pytest.mark.parametrize("member", ["", "Z", "éx"])
+def test_cancel_and_bury_of_a_member_of_any_length(r: redis.Redis, member: str) -> None:
+    for key in ("k1", "k2"):
+        r.delete(Q.job(member))
+        r.zadd(Q.scheduled, {member: 0})
+        r.hset(Q.spec_bucket(member), member, pack(TASK, '["m"]', "", "3", "", key))
+        r.hset(Q.dedupe, key, member)
+        if key == "k1":
+            assert get_scripts().cancel(CANCEL_KEYS, ["", key]) == [1, member]
+            assert not r.exists(Q.job(member))
+        else:
+            keys = transitions.bury(Q, member, "unknown task").keys
+            assert get_scripts().bury(keys, [member, "unknown task", STATS_TTL_SECONDS]) == 1
+            assert r.hget(Q.job(member), "args") == '["m"]'
+        assert packed_specs(r, Q) == {} and r.hlen(Q.dedupe) == 0
+
+
+def test_claim_runs_a_job_whose_spec_is_in_the_specs_hash_of_earlier_builds(
+    r: redis.Redis,
+) -> None:
+    """A job scheduled by a build before the buckets: its spec is in dq:{Q}:specs, read
+    (one HGET more) only for a job found in no bucket and without a spec in a hash."""
+    enqueue("BACK", 0)
+    token = str(claim()[4][0][1])
+    assert fail("BACK", token) == "retry"  # back from a failure: its spec is in its hash
+    enqueue("NEW", 0)
+    r.zadd(Q.scheduled, {"OLD": 0})
+    r.hset(Q.legacy_specs, mapping={"OLD": pack(TASK, '["old"]', "", "2", "", "k"), "X": "x"})
+    r.hset(Q.dedupe, "k", "OLD")
+    hgets = command_calls(r, "hget")
+    claimed = {j[0]: (j[2], j[4]) for j in claim()[4]}
+    assert claimed == {"NEW": (1, '["x"]'), "BACK": (2, '["x"]'), "OLD": (1, '["old"]')}
+    # A bucket each, the old hash for OLD only, and the stats counter's check.
+    assert command_calls(r, "hget") - hgets == 3 + 1 + 1
+    assert r.hgetall(Q.legacy_specs) == {"X": "x"}  # the field unpacked is gone
+    assert {k: v for k, v in stored_job(r, Q, "OLD").items() if k in ("max", "key")} == {
+        "max": "2",
+        "key": "k",
+    }
+    assert ack("OLD", str(r.hget(Q.job("OLD"), "tok"))) == 1 and r.hlen(Q.dedupe) == 0
 
 
 def test_replace_of_a_job_back_from_a_failure_keeps_its_history(r: redis.Redis) -> None:
@@ -260,7 +343,7 @@ def test_replace_of_a_job_back_from_a_failure_keeps_its_history(r: redis.Redis) 
     assert fail("A", token, backoff_ms=60_000) == "retry"
     enqueue("B", 0, "k", "replace", "kwargs", '{"n":2}')
     # A job that has a hash keeps its spec there: no packed spec beside it.
-    assert not r.hexists(Q.specs, "A") and r.hget(Q.job("A"), "kwargs") == '{"n":2}'
+    assert packed_specs(r, Q) == {} and r.hget(Q.job("A"), "kwargs") == '{"n":2}'
     assert job(r, "A")["att"] == "1" and job(r, "A")["key"] == "k"
     _, _, attempt, _, _, kwargs, _ = claim()[4][0]
     assert (attempt, kwargs) == (2, '{"n":2}')
@@ -270,7 +353,7 @@ def test_replace_of_a_job_back_from_a_failure_keeps_its_history(r: redis.Redis) 
 def test_cancel_removes_the_spec_and_its_key(r: redis.Redis) -> None:
     enqueue("A", 5000, "k")
     assert get_scripts().cancel(CANCEL_KEYS, ["A", ""]) == [1, "A"]
-    assert r.hlen(Q.specs) == 0 and r.hlen(Q.dedupe) == 0 and not exists(r, "A")
+    assert packed_specs(r, Q) == {} and r.hlen(Q.dedupe) == 0 and not exists(r, "A")
 
 
 def test_ack_removes_the_job_and_its_key(r: redis.Redis) -> None:
@@ -398,7 +481,7 @@ def test_bury_requeue_and_purge(r: redis.Redis) -> None:
     s = get_scripts()
     stats = Q.stats(current_minute())
     for job_id in ("A", "B"):
-        keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, stats, Q.specs]
+        keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, stats, Q.spec_prefix]
         assert s.bury(keys, [job_id, "unknown task", STATS_TTL_SECONDS]) == 1
     assert r.zcard(Q.dead) == 2 and r.zcard(Q.scheduled) == 0 and r.hlen(Q.dedupe) == 0
     assert s.requeue([Q.job("A"), Q.dead, Q.scheduled, Q.dedupe], ["A", 0, WAKE]) == 1
@@ -482,7 +565,7 @@ def test_a_job_going_to_dead_keeps_a_key_that_moved_to_a_newer_job(
         assert reap() == [0, 1]
     else:
         keys = [Q.job("A"), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, Q.stats(current_minute()),
-                Q.specs]  # fmt: skip
+                Q.spec_prefix]  # fmt: skip
         assert get_scripts().bury(keys, ["A", "unknown task", STATS_TTL_SECONDS]) == 1
     assert r.zscore(Q.dead, "A") is not None
     assert r.hget(Q.dedupe, "k") == "B"

@@ -23,6 +23,7 @@ from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from delayqueue.engine.packing import pack
 from tests import jobs
+from tests.stored import packed_specs
 
 Q = queue_keys("h")
 STATS = Q.stats(current_minute())
@@ -49,13 +50,17 @@ def run(name: str, keys: list[Any], args: list[Any], client: Raw) -> Any:
 def enqueue(c: Raw, job_id: str, delay_ms: int = 0, key: str = "",
             conflict: str = "keep", max_attempts: str = "3", vt: str = "") -> Any:  # fmt: skip
     spec = pack(TASK, '["x"]', "", max_attempts, vt, key)
-    keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs]
+    keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix]
     return run("enqueue", keys, ["w", WAKE_HORIZON_MS, job_id, "delay", delay_ms, key,
                                  conflict, spec], c)[0]  # fmt: skip
 
 
+CLAIM_KEYS = [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.spec_prefix,
+              Q.legacy_specs]  # fmt: skip
+
+
 def claim(c: Raw, visibility_ms: int = 60_000) -> Any:
-    keys = [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs]
+    keys = CLAIM_KEYS
     return run("claim", keys, [1000, visibility_ms, STATS_TTL_SECONDS, 0], c)
 
 
@@ -86,12 +91,12 @@ def release(c: Raw, job_id: str, token: Any) -> Any:
 
 
 def bury(c: Raw, job_id: str) -> Any:
-    keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, STATS, Q.specs]
+    keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, STATS, Q.spec_prefix]
     return run("bury", keys, [job_id, b"unknown task \xff", STATS_TTL_SECONDS], c)
 
 
 def cancel(c: Raw, job_id: str, key: str = "") -> Any:
-    return run("cancel", [Q.scheduled, Q.dedupe, Q.job_prefix, Q.specs], [job_id, key], c)
+    return run("cancel", [Q.scheduled, Q.dedupe, Q.job_prefix, Q.spec_prefix], [job_id, key], c)
 
 
 def reschedule(c: Raw, job_id: str, mode: str = "delay", ms: Any = 0) -> Any:
@@ -132,7 +137,7 @@ def test_replace_of_a_job_back_from_a_failure_keeps_its_spec_in_its_hash(
     assert (replaced.id, replaced.outcome) == (job_id, "replaced")
     stored = {text(k): text(v) for k, v in raw.hgetall(Q.job(job_id)).items()}
     assert {stored.get(f) for f in ("task", "key", "max")} == {TASK, "k", "1"}
-    assert not raw.hexists(Q.specs, job_id)  # one place for a spec: the hash, once it exists
+    assert packed_specs(raw, Q) == {}  # one place for a spec: the hash, once it exists
     if outcome == "fail":  # with the still-current token: its one attempt is used up
         assert text(fail(raw, job_id, token, max_attempts=5)) == "dead"
         assert raw.zscore(Q.dead, job_id) is not None
@@ -140,40 +145,44 @@ def test_replace_of_a_job_back_from_a_failure_keeps_its_spec_in_its_hash(
     else:
         assert ack(raw, job_id, token) == 1
         assert not raw.exists(Q.job(job_id))
-    assert raw.hlen(Q.dedupe) == 0 and raw.hlen(Q.specs) == 0
+    assert raw.hlen(Q.dedupe) == 0 and packed_specs(raw, Q) == {}
     assert raw.zcard(Q.scheduled) == 0
 
 
-def _both(raw: Raw) -> tuple[str, Any]:
+def _both(raw: Raw, where: str = "bucket") -> tuple[str, Any]:
     """A job back from a failure whose replacing spec was written beside its hash (as the
-    replace of older versions did): hash without spec fields, spec in the specs hash."""
+    replace of older versions did): hash without spec fields, spec in its specs bucket (or
+    in the specs hash of the builds before the buckets)."""
     enqueue(raw, "A", key="k", max_attempts="2")
     token = claim(raw)[4][0][1]
     assert fail(raw, "A", token) == b"retry"
     raw.hdel(Q.job("A"), "task", "args", "max", "key")
     raw.hset(Q.job("A"), "kwargs", '{"stale":1}')
-    raw.hset(Q.specs, "A", pack(TASK, '["new"]', "", "1", "", "k"))
+    specs = Q.spec_bucket("A") if where == "bucket" else Q.legacy_specs
+    raw.hset(specs, "A", pack(TASK, '["new"]', "", "1", "", "k"))
     return "A", token
 
 
 def test_a_job_with_a_hash_and_a_packed_spec_is_settled_by_ack(raw: Raw) -> None:
     job_id, token = _both(raw)
-    assert ack(raw, job_id, token, Q.specs) == 1
-    assert raw.hlen(Q.dedupe) == 0 and raw.hlen(Q.specs) == 0 and not raw.exists(Q.job("A"))
+    assert ack(raw, job_id, token, Q.spec_prefix) == 1
+    assert raw.hlen(Q.dedupe) == 0 and packed_specs(raw, Q) == {}
+    assert not raw.exists(Q.job("A"))
 
 
 def test_a_job_with_a_hash_and_a_packed_spec_is_settled_by_fail(raw: Raw) -> None:
     job_id, token = _both(raw)
-    assert fail(raw, job_id, token, Q.specs) == b"dead"  # the spec's max (1), not 3
-    assert raw.hlen(Q.dedupe) == 0 and raw.hlen(Q.specs) == 0
+    assert fail(raw, job_id, token, Q.spec_prefix) == b"dead"  # the spec's max (1), not 3
+    assert raw.hlen(Q.dedupe) == 0 and packed_specs(raw, Q) == {}
     assert raw.hget(Q.job("A"), "args") == b'["new"]'
 
 
-def test_claim_of_a_job_with_a_hash_and_a_packed_spec_takes_the_spec(raw: Raw) -> None:
-    _both(raw)
+@pytest.mark.parametrize("where", ["bucket", "specs hash of earlier builds"])
+def test_claim_of_a_job_with_a_hash_and_a_packed_spec_takes_the_spec(raw: Raw, where: str) -> None:
+    _both(raw, where)
     jobs_ = claim(raw)[4]
     assert [(j[0], j[4], j[5]) for j in jobs_] == [(b"A", b'["new"]', b"")]
-    assert raw.hget(Q.job("A"), "kwargs") is None and raw.hlen(Q.specs) == 0
+    assert raw.hget(Q.job("A"), "kwargs") is None and packed_specs(raw, Q) == {}
 
 
 # ---- the known cases ------------------------------------------------------------------------
@@ -216,7 +225,7 @@ def test_a_job_dispatched_ten_times_that_never_started_goes_to_dead(raw: Raw) ->
 @pytest.mark.parametrize("ms", ["abc", "nan", "inf", "-inf", "1e300", "", "-1"])
 def test_enqueue_with_a_bad_ms_writes_nothing(raw: Raw, ms: str) -> None:
     good = pack(TASK, "[]", "", "", "", "")
-    keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs]
+    keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix]
     args = ["w", WAKE_HORIZON_MS, "A", "delay", 0, "k", "keep", good,
             "B", "delay", ms, "", "keep", good]  # fmt: skip
     with pytest.raises(redis.ResponseError):
@@ -237,7 +246,7 @@ def test_enqueue_with_a_bad_ms_writes_nothing(raw: Raw, ms: str) -> None:
     ],
 )
 def test_enqueue_with_bad_arguments_writes_nothing(raw: Raw, args: list[Any]) -> None:
-    keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs]
+    keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix]
     with pytest.raises(redis.ResponseError):
         run("enqueue", keys, args, raw)
     assert raw.dbsize() == 0
@@ -250,7 +259,7 @@ def test_enqueue_sent_again_after_its_job_was_claimed_writes_no_second_copy(
     claim(raw)
     reply = enqueue(raw, "A", key="k")
     assert (reply[0], reply[2], reply[3]) == (b"A", b"created", b"inflight")
-    assert raw.zcard(Q.scheduled) == 0 and raw.hlen(Q.specs) == 0
+    assert raw.zcard(Q.scheduled) == 0 and packed_specs(raw, Q) == {}
 
 
 @pytest.mark.parametrize("ms", ["abc", "nan", "inf", "1e300"])
@@ -298,13 +307,12 @@ def test_a_history_that_cannot_be_kept_starts_afresh(raw: Raw, hist: bytes) -> N
 
 def test_a_claim_batch_larger_than_lua_can_unpack(raw: Raw) -> None:
     for start in range(0, 9000, 500):
-        keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.specs]
+        keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix]
         args: list[Any] = ["w", WAKE_HORIZON_MS]
         for i in range(start, start + 500):
             args += [f"J{i:05}", "delay", 0, "", "keep", pack(TASK, "[]")]
         run("enqueue", keys, args, raw)
-    keys = [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs]
-    assert len(run("claim", keys, [9000, 60_000, STATS_TTL_SECONDS, 0], raw)[4]) == 9000
+    assert len(run("claim", CLAIM_KEYS, [9000, 60_000, STATS_TTL_SECONDS, 0], raw)[4]) == 9000
     assert raw.zcard(Q.inflight) == 9000 and raw.zcard(Q.scheduled) == 0
 
 
@@ -376,15 +384,15 @@ def corruptions(job_id: str) -> Iterator[tuple[str, Callable[[redis.Redis], Any]
             for value in VALUES:
 
                 def set_part(c: Raw, i: int = i, value: bytes | None = value) -> None:
-                    parts = (c.hget(Q.specs, job_id) or b"").split(b"\n", 5)
+                    parts = (c.hget(Q.spec_bucket(job_id), job_id) or b"").split(b"\n", 5)
                     parts[i] = (value or b"").replace(b"\n", b"")
-                    c.hset(Q.specs, job_id, b"\n".join(parts))
+                    c.hset(Q.spec_bucket(job_id), job_id, b"\n".join(parts))
 
                 yield f"spec {part}={value!r}", set_part
         for spec in (b"abc", b"\xff\n\xfe", b"\n\n\n\n\n", b"a\nb\nc"):
 
             def set_spec(c: Raw, spec: bytes = spec) -> None:
-                c.hset(Q.specs, job_id, spec)
+                c.hset(Q.spec_bucket(job_id), job_id, spec)
 
             yield f"spec={spec!r}", set_spec
     else:
@@ -406,6 +414,12 @@ def corruptions(job_id: str) -> Iterator[tuple[str, Callable[[redis.Redis], Any]
             make(c, job)
 
         yield f"job key is a {kind}", foreign
+
+        def foreign_bucket(c: Raw, make: Any = make) -> None:
+            c.delete(Q.spec_bucket(job_id))
+            make(c, Q.spec_bucket(job_id))
+
+        yield f"specs bucket is a {kind}", foreign_bucket
     zset = {"S": Q.scheduled, "I": Q.inflight, "D": Q.dead}[job_id[0]]
     for score in (float("inf"), float("-inf"), 1e300, -1e300):
 
@@ -431,8 +445,8 @@ ACTIONS: dict[str, Action] = {
     "claim": lambda c, j, t: (claim(c), set())[1],
     "reap": lambda c, j, t: (reap(c), set())[1],
     "begin": lambda c, j, t: (begin(c, j, t), set())[1],
-    "ack": lambda c, j, t: _removed_if(ack(c, j, t) == 1, j),
-    "fail": lambda c, j, t: (fail(c, j, t), set())[1],
+    "ack": lambda c, j, t: _removed_if(ack(c, j, t, Q.spec_prefix) == 1, j),
+    "fail": lambda c, j, t: (fail(c, j, t, Q.spec_prefix), set())[1],
     "release": lambda c, j, t: (release(c, j, t), set())[1],
     "bury": lambda c, j, t: (bury(c, j), set())[1],
     "cancel": lambda c, j, t: _removed_if(cancel(c, j)[0] == 1, j),
@@ -450,6 +464,15 @@ ACTIONS: dict[str, Action] = {
 }
 
 
+def has_spec(c: Raw, job_id: bytes) -> bool:
+    """Whether a packed spec of the job is in its bucket (a bucket that is not a hash holds
+    none) or in the specs hash of earlier builds."""
+    try:
+        return bool(c.hexists(Q.spec_bucket(job_id), job_id))
+    except redis.ResponseError:
+        return bool(c.type(Q.legacy_specs) == b"hash" and c.hexists(Q.legacy_specs, job_id))
+
+
 def unaccounted(c: Raw, removed: set[str], dead_before: set[bytes]) -> list[str]:
     """What is wrong with the jobs in Redis: a job in no zset or in several, a removed job
     that left data behind, a job newly dead without a reason."""
@@ -459,7 +482,7 @@ def unaccounted(c: Raw, removed: set[str], dead_before: set[bytes]) -> list[str]
     problems = []
     for job_id in sorted(ids):
         where = [name for name, members in zsets.items() if job_id in members]
-        has_data = c.exists(Q.job(job_id.decode())) or c.hexists(Q.specs, job_id)
+        has_data = c.exists(Q.job(job_id.decode())) or has_spec(c, job_id)
         if job_id.decode() in removed or (job_id == b"N1" and not where and not has_data):
             if where or has_data:
                 problems.append(f"{job_id!r} removed but still in {where} or has data")
@@ -511,10 +534,17 @@ def test_no_corruption_of_a_job_makes_a_script_fail_or_lose_a_job(raw: Raw, acti
     assert not failures, f"{len(failures)} of {tried} cases:\n" + "\n".join(failures[:40])
 
 
-STRUCTURES = {
-    "scheduled": Q.scheduled, "inflight": Q.inflight, "dead": Q.dead, "dedupe": Q.dedupe,
-    "specs": Q.specs, "stats": STATS,
+# A queue's keys. "specs buckets": the bucket of every job of the world (and of N1, the job
+# the "enqueue" actions write); "old specs": the specs hash of the builds before the buckets.
+STRUCTURES: dict[str, list[Any]] = {
+    "scheduled": [Q.scheduled], "inflight": [Q.inflight], "dead": [Q.dead],
+    "dedupe": [Q.dedupe], "specs buckets": [Q.spec_bucket(i) for i in (*WORLD, "N1")],
+    "old specs": [Q.legacy_specs], "stats": [STATS],
 }  # fmt: skip
+# Structures that stop no script: the stats counters (worth less than the call) and the
+# specs hash of earlier builds (claim reads it only, and a key of another type holds no spec
+# of ours); a bucket stops only an enqueue whose new spec it would hold.
+GOES_ON = {"stats": (), "old specs": (), "specs buckets": ("enqueue keep", "enqueue replace")}
 
 
 @pytest.mark.parametrize("structure", list(STRUCTURES))
@@ -522,28 +552,58 @@ def test_a_structure_of_the_wrong_type_fails_a_script_before_any_write(
     raw: Raw, structure: str
 ) -> None:
     """A queue key of the wrong type: each script either refuses before its first write, or
-    (the stats counters) goes on without it."""
+    (the stats counters, the specs buckets but for the new spec of an enqueue, the specs hash
+    of earlier builds) goes on without it."""
     tokens = build_world(raw)
     world = snapshot(raw)
     failures = []
-    right = "hash" if structure in ("dedupe", "specs", "stats") else "zset"
+    right = "zset" if structure in ("scheduled", "inflight", "dead") else "hash"
     for kind, make in FOREIGN.items():
         if kind == right:
             continue
         for action in ACTIONS:
             for target in WORLD:
                 restore(raw, world)
-                raw.delete(STRUCTURES[structure])
-                make(raw, STRUCTURES[structure])
+                for key in STRUCTURES[structure]:
+                    raw.delete(key)
+                    make(raw, key)
                 before = snapshot(raw)
                 try:
                     ACTIONS[action](raw, target, tokens.get(target, b"1"))
                 except redis.ResponseError as exc:
                     if snapshot(raw) != before:
                         failures.append(f"{kind} {action} {target}: wrote, then raised {exc}")
-                    if structure == "stats":
-                        failures.append(f"{kind} {action} {target}: stats stopped it: {exc}")
+                    if structure in GOES_ON and action not in GOES_ON[structure]:
+                        failures.append(f"{kind} {action} {target}: {structure} stopped it: {exc}")
     assert not failures, "\n".join(failures[:40])
+
+
+def test_a_specs_bucket_of_the_wrong_type_is_the_problem_of_its_jobs_only(raw: Raw) -> None:
+    """A bucket that is not a hash: an enqueue whose new spec it would hold fails with the
+    bucket named, writing nothing; a never-claimed job in it goes to dead with a reason at
+    its claim (the key left as it is), and cancel removes such a job; every other job runs."""
+    for i in range(20):
+        enqueue(raw, f"J{i:02}")
+    enqueue(raw, "AXY", key="k1")
+    enqueue(raw, "BXY", key="k2")
+    bucket = f"{Q.spec_prefix}XY"
+    assert Q.spec_bucket("AXY") == Q.spec_bucket("BXY") == bucket
+    raw.delete(bucket)
+    raw.set(bucket, b"\x80\x04planted")
+    before = snapshot(raw)
+    with pytest.raises(redis.ResponseError, match=r"WRONGTYPE .*:specs:XY is a string"):
+        run("enqueue", [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix],
+            ["w", WAKE_HORIZON_MS, "N1", "delay", 0, "", "keep", pack(TASK, "[]"),
+             "CXY", "delay", 0, "", "keep", pack(TASK, "[]")], raw)  # fmt: skip
+    assert snapshot(raw) == before
+    assert cancel(raw, "", "k2") == [1, b"BXY"] and raw.hget(Q.dedupe, "k2") is None
+    claimed = [j[0] for j in claim(raw)[4]]
+    assert claimed == [f"J{i:02}".encode() for i in range(20)]
+    assert raw.zscore(Q.dead, "AXY") is not None and raw.zcard(Q.scheduled) == 0
+    why = raw.hget(Q.job("AXY"), "why") or b""
+    assert why == f"corrupt job data: its specs bucket {bucket} is a string, not a hash".encode()
+    assert raw.get(bucket) == b"\x80\x04planted"
+    assert enqueue(raw, "N1", key="k1")[2] == b"created"  # a dead job keeps no key from it
 
 
 def test_a_stats_counter_that_is_not_an_integer_stops_nothing(raw: Raw) -> None:
@@ -559,11 +619,11 @@ def test_a_stats_counter_that_is_not_an_integer_stops_nothing(raw: Raw) -> None:
 BAD_NUMBERS = ["abc", "nan", "inf", "-inf", "1e400", ""]
 # (script, keys, args, index of a numeric argument) as the callers pass them, on the world
 NUMERIC_ARGS: list[tuple[str, list[Any], list[Any], int]] = [
-    ("claim", [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs],
+    ("claim", CLAIM_KEYS,
      [1000, 60_000, STATS_TTL_SECONDS, 0], 0),
-    ("claim", [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs],
+    ("claim", CLAIM_KEYS,
      [1000, 60_000, STATS_TTL_SECONDS, 0], 1),
-    ("claim", [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.specs],
+    ("claim", CLAIM_KEYS,
      [1000, 60_000, STATS_TTL_SECONDS, 0], 3),
     ("reap", [Q.inflight, Q.scheduled, Q.dead, Q.job_prefix, Q.dedupe], [1000, 3], 0),
     ("reap", [Q.inflight, Q.scheduled, Q.dead, Q.job_prefix, Q.dedupe], [1000, 3], 1),

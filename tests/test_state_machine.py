@@ -26,7 +26,7 @@ from delayqueue.engine.packing import SPEC_FIELDS
 from tests import jobs
 from tests.conftest import delayqueue_redis
 from tests.fuzzing import examples
-from tests.stored import stored_job
+from tests.stored import packed_specs, stored_job
 
 Q = "sm"
 FAR_S = 2 * 3600
@@ -167,7 +167,8 @@ class JobStateMachine(RuleBasedStateMachine):
                 k.paused,
                 k.stats(current_minute()),
                 k.dead,
-                k.specs,
+                k.spec_prefix,
+                k.legacy_specs,
             ],
             [1000, 0 if expired else HOUR_MS, STATS_TTL_SECONDS, 0],
         )
@@ -328,7 +329,7 @@ class JobStateMachine(RuleBasedStateMachine):
         # No job hash or packed spec without a job, no job without one of them; only a
         # scheduled job has a packed spec, and a spec's fields live in one place.
         hashes = {key[len(k.job_prefix) :] for key in self.redis.scan_iter(k.job_prefix + "*")}
-        specs = {str(i) for i in self.redis.hkeys(k.specs)}
+        specs = {str(i) for i in packed_specs(self.redis, k)}
         assert hashes | specs == set(self.jobs)
         assert {i for i in specs if self.jobs[i].state != "scheduled"} == set()
         for job_id, job in self.jobs.items():

@@ -184,10 +184,10 @@ def read_fields(
     reads_of: Reads, keys: QueueKeys, members: list[bytes], names: tuple[str, ...]
 ) -> list[dict[str, str]]:
     """The named fields of each job as text, from its hash or its packed spec, in one round
-    trip (a job key or specs hash of the wrong type reads as empty, with a note)."""
+    trip (a job key or specs bucket of the wrong type reads as empty, with a note)."""
     for member in members:
         reads_of.add("hmget", job_key(keys, member), names, default=[None] * len(names))
-        reads_of.add("hget", keys.specs, member, default=None)
+        reads_of.add("hget", keys.spec_bucket(member), member, default=None)
     replies = reads_of.run()
     found = []
     for values, spec in zip(replies[::2], replies[1::2], strict=True):

@@ -117,7 +117,7 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
         now = redis_now_ms(client)
         reads = Reads(client, notes)
         reads.add("hgetall", job_key(keys, job_id.encode()), default={})
-        reads.add("hget", keys.specs, job_id, default=None)
+        reads.add("hget", keys.spec_bucket(job_id.encode()), job_id, default=None)
         for s in STATES:
             reads.add("zscore", zset_of(keys, s), job_id, default=None)
         stored, spec, *scores = reads.run()

@@ -204,7 +204,7 @@ def locate(job_id: str, queues: list[str] | None = None) -> list[Place]:
             keys = queue_keys(queue)
             for each in STATES:
                 reads.add("zscore", zset_of(keys, each), job_id, default=None)
-            reads.add("hexists", keys.specs, job_id, default=0)
+            reads.add("hexists", keys.spec_bucket(job_id.encode()), job_id, default=0)
             reads.add("exists", job_key(keys, job_id.encode()), default=0)
         replies = reads.run()
     width = len(STATES) + 2

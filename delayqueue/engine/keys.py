@@ -2,7 +2,9 @@
 
 All keys of queue ``Q`` carry the hash tag ``{Q}``, so one queue lives in one Redis Cluster
 slot and every Lua script touches one slot. Scripts that must reach jobs they learn about
-inside Lua (claim, reap, dedupe lookups) get ``job_prefix`` through KEYS and append the id.
+inside Lua (claim, reap, dedupe lookups) get ``job_prefix`` through KEYS and append the id;
+those that read or write packed specs get ``spec_prefix`` and append the id's last two
+characters (``spec_bucket``).
 """
 
 from __future__ import annotations
@@ -74,8 +76,27 @@ class QueueKeys:
         return self.job_prefix + job_id
 
     @property
-    def specs(self) -> str:
-        """hash: id -> packed spec of a scheduled job never claimed yet (lua/_spec.lua)."""
+    def spec_prefix(self) -> str:
+        """The packed spec of a scheduled job never claimed yet is one field (id -> spec) of
+        the hash ``spec_prefix + the id's last two characters``, its bucket (lua/_spec.lua):
+        1,024 buckets for ULIDs, each small enough to stay a compact listpack in Redis."""
+        return f"{self.base}:specs:"
+
+    def spec_bucket(self, job_id: str | bytes) -> str | bytes:
+        """hash: the bucket of packed specs that holds job ``job_id``'s, named as _spec.lua's
+        ``spec_bucket`` names it from any id, even an empty one: ``spec_prefix`` and the id's
+        last two bytes (its UTF-8 bytes for a str). Text for an id that ends in two ASCII
+        characters, as every job id does; else bytes."""
+        if isinstance(job_id, str):
+            if job_id[-2:].isascii():
+                return self.spec_prefix + job_id[-2:]
+            job_id = job_id.encode("utf-8", "surrogateescape")
+        return self.spec_prefix.encode() + job_id[-2:]
+
+    @property
+    def legacy_specs(self) -> str:
+        """hash: id -> packed spec, the one specs hash of builds before the buckets. Only
+        claim still reads it (for a job whose spec it finds nowhere else) and empties it."""
         return f"{self.base}:specs"
 
     @property

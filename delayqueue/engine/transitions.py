@@ -67,7 +67,7 @@ def enqueue(
         argv += job  # id, mode, ms, key, on_conflict, packed
     return ScriptCall(
         "enqueue",
-        [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.specs],
+        [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix],
         argv,
         _enqueue_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written
@@ -98,7 +98,7 @@ class Cancelled:
 def cancel(keys: QueueKeys, *, job_id: str = "", key: str = "") -> ScriptCall[Cancelled]:
     return ScriptCall(
         "cancel",
-        [keys.scheduled, keys.dedupe, keys.job_prefix, keys.specs],
+        [keys.scheduled, keys.dedupe, keys.job_prefix, keys.spec_prefix],
         [job_id, key],
         lambda reply: Cancelled(int(reply[0]) == 1, _text(reply[1])),
     )
@@ -185,7 +185,8 @@ def claim(
             keys.paused,
             keys.stats(current_minute()),
             keys.dead,
-            keys.specs,
+            keys.spec_prefix,
+            keys.legacy_specs,
         ],
         [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
         _claim_reply,
@@ -228,7 +229,7 @@ def ack(keys: QueueKeys, job_id: str, token: str) -> ScriptCall[bool]:
             keys.dedupe,
             keys.stats(current_minute()),
             keys.dead,
-            keys.specs,
+            keys.spec_prefix,
         ],
         [job_id, token, STATS_TTL_SECONDS],
         lambda reply: int(reply) == 1,
@@ -260,7 +261,7 @@ def fail(
             keys.dedupe,
             keys.stats(current_minute()),
             keys.job_prefix,
-            keys.specs,
+            keys.spec_prefix,
         ],
         [
             job_id,
@@ -323,7 +324,7 @@ def bury(keys: QueueKeys, job_id: Id, reason: str) -> ScriptCall[bool]:
             keys.dead,
             keys.dedupe,
             keys.stats(current_minute()),
-            keys.specs,
+            keys.spec_prefix,
         ],
         [job_id, reason, STATS_TTL_SECONDS],
         lambda reply: int(reply) == 1,

@@ -1,12 +1,39 @@
--- Provides split_spec, write_spec and spec_key: the packed spec of never-claimed jobs.
--- A scheduled job that was never claimed keeps its spec packed in one field of the queue's
--- specs hash (dq:{Q}:specs, id -> spec), not in a hash of its own: a key per job costs
--- Redis ~100 bytes before it holds anything. The spec is six fields joined by "\n":
+-- Provides spec_bucket, bucket_spec, split_spec, write_spec and spec_key: the packed spec of
+-- never-claimed jobs.
+-- A scheduled job that was never claimed keeps its spec packed in one field (id -> spec) of
+-- a specs bucket, not in a hash of its own: a key per job costs Redis ~100 bytes before it
+-- holds anything. The bucket is the hash dq:{Q}:specs:<the id's last two characters>
+-- (spec_bucket): ids are ULIDs, whose last characters are random Crockford base32, so a
+-- queue's specs spread evenly over 1,024 buckets, each small enough (up to 128 fields of up
+-- to 64 bytes, Redis's default hash-max-listpack-*) to stay a compact listpack instead of a
+-- hashtable: ~40 bytes less per job (docs/design.md). Scripts get the prefix dq:{Q}:specs:
+-- through KEYS (as they get the job prefix) and append the two characters, so a bucket is
+-- in the queue's slot. Builds before the buckets kept every spec in the one hash
+-- dq:{Q}:specs: only claim.lua still reads it, for a job whose spec it finds nowhere else.
+-- The spec is six fields joined by "\n":
 --   task, args JSON, kwargs JSON or "", max attempts or "", visibility ms or "", dedupe key
 -- Compact JSON holds no raw newline and task names are checked for one, so only the key,
 -- which is last, may contain "\n". claim.lua unpacks the spec into the job's hash.
 -- A job that has a hash (it was claimed at least once) keeps its spec fields there, never
--- in the specs hash: only a job that was never claimed has a packed spec.
+-- in a bucket: only a job that was never claimed has a packed spec.
+-- #include _types.lua
+
+-- The specs bucket of job `id` under prefix `prefix` (dq:{Q}:specs:). Any string found in
+-- Redis names one: an id of fewer than two characters names the bucket of those it has
+-- (the empty id, the bucket named by the prefix alone).
+local function spec_bucket(prefix, id)
+  return prefix .. string.sub(id, -2)
+end
+
+-- The packed spec of job `id` in specs bucket `bucket`, false when it holds none; nil and
+-- the bucket's type when the bucket is not a hash (corrupt: it holds no spec of ours). Only
+-- reads.
+local function bucket_spec(bucket, id)
+  local spec = redis.pcall('HGET', bucket, id)
+  if type(spec) == 'table' then return nil, key_type(bucket) end
+  return spec
+end
+
 local SPEC_FIELDS = {'task', 'args', 'kwargs', 'max', 'vt', 'key'}
 
 -- The spec's six fields, or nil when it is malformed.

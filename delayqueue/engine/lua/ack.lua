@@ -5,8 +5,9 @@
 -- KEYS[4] dedupe hash                   dq:{Q}:keys
 -- KEYS[5] this minute's stats hash      dq:{Q}:stats:<minute>
 -- KEYS[6] dead zset                     dq:{Q}:dead       (a job reaped to dead while it ran)
--- KEYS[7] specs hash, optional          dq:{Q}:specs      (data older than the rule that a
---         job with a hash has no packed spec may have both: the spec goes too, and its key)
+-- KEYS[7] specs bucket prefix, optional dq:{Q}:specs:     (data older than the rule that a
+--         job with a hash has no packed spec may have both: the spec in its bucket, KEYS[7]
+--         .. the id's last two characters, goes too, and its key)
 -- ARGV[1] job id
 -- ARGV[2] fencing token
 -- ARGV[3] stats ttl seconds
@@ -18,18 +19,19 @@
 -- #include _stats.lua
 local ttl = number_in(ARGV[3], 1, 1e9)
 if not ttl then return redis.error_reply('ERR ack: ARGV[3] is a stats ttl in seconds') end
-local specs = KEYS[7]
-local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[6], 'zset',
-                        specs or KEYS[4], 'hash'})
+local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[6], 'zset'})
 if bad then return bad end
 -- A job key that is not a hash holds no token: nothing to ack (reap sends it to dead).
 local f = hash_fields(KEYS[1], 'tok', 'key')
 if not f or f[1] ~= ARGV[2] then return 0 end
 local id = ARGV[1]
 release_key(KEYS[4], f[2], id)
-if specs then
-  release_key(KEYS[4], spec_key(split_spec(redis.call('HGET', specs, id) or '')), id)
-  redis.call('HDEL', specs, id)
+-- (A bucket that is not a hash holds no spec: the job is acked all the same.)
+local bucket = KEYS[7] and spec_bucket(KEYS[7], id)
+local spec = bucket and bucket_spec(bucket, id)
+if spec then
+  release_key(KEYS[4], spec_key(split_spec(spec)), id)
+  redis.call('HDEL', bucket, id)
 end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)

@@ -6,8 +6,8 @@
 -- KEYS[4] dead zset                     dq:{Q}:dead
 -- KEYS[5] dedupe hash                   dq:{Q}:keys
 -- KEYS[6] this minute's stats hash      dq:{Q}:stats:<minute>
--- KEYS[7] specs hash                    dq:{Q}:specs  (a scheduled job's spec moves into
---                                                      its hash, to be seen in dead)
+-- KEYS[7] specs bucket prefix           dq:{Q}:specs: (a scheduled job's spec moves from its
+--         bucket, KEYS[7] .. the id's last two characters, into its hash, to be seen in dead)
 -- ARGV[1] job id
 -- ARGV[2] reason
 -- ARGV[3] stats ttl seconds
@@ -23,14 +23,15 @@ local now = now_ms()
 local id = ARGV[1]
 local ttl = number_in(ARGV[3], 1, 1e9)
 if not ttl then return redis.error_reply('ERR bury: ARGV[3] is a stats ttl in seconds') end
-local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash',
-                        KEYS[7], 'hash'})
+local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash'})
 if bad then return bad end
 if not (redis.call('ZSCORE', KEYS[2], id) or redis.call('ZSCORE', KEYS[3], id)) then
   return 0
 end
 local f = hash_fields(KEYS[1], 'key')
-local spec = redis.call('HGET', KEYS[7], id)
+-- (A bucket that is not a hash holds no spec: the job goes to dead without one.)
+local bucket = spec_bucket(KEYS[7], id)
+local spec = bucket_spec(bucket, id)
 local parts = spec and split_spec(spec)
 if spec == '\n\n\n\n\n' then parts = nil end
 
@@ -41,7 +42,7 @@ if parts then
 elseif spec then  -- kept for people to look at
   redis.call('HSET', KEYS[1], f and 'raw' or 'raw_spec', spec)
 end
-if spec then redis.call('HDEL', KEYS[7], id) end
+if spec then redis.call('HDEL', bucket, id) end
 redis.call('HSET', KEYS[1], 'why', ARGV[2], 'err', ARGV[2])
 -- The job's keys: its hash's, and its packed spec's (the current spec) when it has one.
 release_key(KEYS[5], f and f[1], id)

@@ -7,8 +7,10 @@
 -- KEYS[4] paused flag                   dq:{Q}:paused
 -- KEYS[5] this minute's stats hash      dq:{Q}:stats:<minute>
 -- KEYS[6] dead zset                     dq:{Q}:dead
--- KEYS[7] specs hash                    dq:{Q}:specs  (a never-claimed job's spec moves
---                                                      into its hash here)
+-- KEYS[7] specs bucket prefix           dq:{Q}:specs: (a never-claimed job's spec moves
+--         from its bucket, KEYS[7] .. the id's last two characters, into its hash here)
+-- KEYS[8] specs hash of earlier builds  dq:{Q}:specs  (read only for a job whose spec is
+--         found nowhere else: a job scheduled before the buckets; optional)
 -- ARGV[1] most jobs to claim
 -- ARGV[2] visibility timeout ms for jobs that set none of their own (doubled per earlier
 --         dispatch that never started, up to 32 times)
@@ -34,7 +36,7 @@ if not (limit and default_vt and ttl and ahead) then
   return redis.error_reply('ERR claim: ARGV is a limit, a visibility ms, a stats ttl and an '
                            .. 'ahead ms')
 end
-local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[6], 'zset', KEYS[7], 'hash'})
+local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[6], 'zset'})
 if bad then return bad end
 
 -- The head's score as an integer within the bounds of a time (a stray -inf or +inf score
@@ -58,8 +60,17 @@ local ids, far, due_of = due_ids(KEYS[1], now + ahead, limit, true)
 local function examine(id, far_due)
   local job = KEYS[3] .. id
   local f = hash_fields(job, 'task', 'args', 'kwargs', 'max', 'vt', 'key', 'tok', 'att', 'rp')
-  local spec = redis.call('HGET', KEYS[7], id)
-  local plan = {id = id, job = job, spec = spec, foreign = not f}
+  -- Its packed spec: in its bucket (one that is not a hash holds none, and is left to
+  -- whoever wrote it), else, for a job that has no spec in its hash either, in the specs
+  -- hash of builds before the buckets (one that is not a hash holds none either).
+  local bucket = spec_bucket(KEYS[7], id)
+  local spec, bucket_type = bucket_spec(bucket, id)
+  local from = bucket
+  if not spec and KEYS[8] and not (f and f[1] and f[2]) then
+    local old = redis.pcall('HGET', KEYS[8], id)
+    if type(old) == 'string' then spec, from = old, KEYS[8] end
+  end
+  local plan = {id = id, job = job, spec = spec, from = from, foreign = not f}
   plan.fresh = f and not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6])  -- no spec field
   if spec then
     plan.parts = split_spec(spec)
@@ -78,6 +89,9 @@ local function examine(id, far_due)
   end
   if far_due then
     plan.why = 'corrupt job data: its due time is after year 9999'
+  elseif not (f[1] and f[2]) and bucket_type then
+    plan.why = 'corrupt job data: its specs bucket ' .. bucket .. ' is a ' .. bucket_type ..
+               ', not a hash'
   elseif not (f[1] and f[2]) then
     plan.why = 'job data missing or incomplete in Redis'
   elseif f[5] and not number_in(f[5], 1, MAX_VT_MS) then
@@ -115,7 +129,7 @@ for _, plan in ipairs(plans) do
     end
     if counters then redis.call('HSET', job, unpack(counters)) end
   end
-  if plan.spec then redis.call('HDEL', KEYS[7], id) end
+  if plan.spec then redis.call('HDEL', plan.from, id) end
   if plan.ok then
     local f = plan.fields
     local token, attempt = counters[2], counters[4]

@@ -5,7 +5,8 @@
 -- KEYS[2] inflight zset                 dq:{Q}:inflight
 -- KEYS[3] dedupe hash                   dq:{Q}:keys
 -- KEYS[4] job hash prefix               dq:{Q}:job:   (a job's hash is KEYS[4] .. id)
--- KEYS[5] specs hash                    dq:{Q}:specs  (id -> packed spec, see _spec.lua)
+-- KEYS[5] specs bucket prefix           dq:{Q}:specs: (a job's packed spec is in the hash
+--         KEYS[5] .. the id's last two characters, see _spec.lua)
 -- ARGV[1] wake channel
 -- ARGV[2] wake horizon ms: a new earliest job due later than this needs no wake-up, as no
 --         worker sleeps that long (conf.WAKE_HORIZON_MS)
@@ -46,8 +47,18 @@ for i = 3, #ARGV, 6 do
                              .. '(a time between years 1 and 9999), conflict or spec')
   end
 end
-local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[5], 'hash'})
+local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash'})
 if bad then return bad end
+-- The bucket each new spec goes to (the call's jobs share some).
+local buckets = {}
+for i = 3, #ARGV, 6 do
+  local bucket = spec_bucket(KEYS[5], ARGV[i])
+  if not buckets[bucket] then
+    buckets[bucket] = true
+    bad = wrong_type({bucket, 'hash'})
+    if bad then return bad end
+  end
+end
 
 local earliest, earliest_id  -- the job this call wrote that sorts first
 
@@ -64,20 +75,23 @@ local function enqueue(id, mode, ms, key, conflict, spec)
     local existing = redis.call('HGET', KEYS[3], key)
     if existing and existing ~= id then  -- (the same id: this call sent again)
       local job = KEYS[4] .. existing
+      local bucket = spec_bucket(KEYS[5], existing)
       local job_type = key_type(job)
-      -- A job whose key holds something else than a hash is not one to keep or to write
-      -- into: claim sends it to dead, and the new job takes the key.
+      -- A job whose key holds something else than a hash, or a never-claimed one whose
+      -- specs bucket is not a hash (its spec can be neither read nor replaced), is not one
+      -- to keep or to write into: claim sends it to dead, and the new job takes the key.
       local foreign = job_type ~= 'hash' and job_type ~= 'none'
       local score = not foreign and redis.call('ZSCORE', KEYS[1], existing)
+      if score and job_type == 'none' and wrong_type({bucket, 'hash'}) then score = false end
       if score then
         if conflict == 'keep' then return {existing, score, 'kept', 'scheduled'} end
         -- The new spec replaces the old one where the job keeps it: in its hash once it
-        -- was claimed (beside the attempts and history it keeps), else in the specs hash.
+        -- was claimed (beside the attempts and history it keeps), else in its bucket.
         if job_type == 'hash' then
           write_spec(job, split_spec(spec))
-          redis.call('HDEL', KEYS[5], existing)
+          redis.pcall('HDEL', bucket, existing)  -- (a bucket that is not a hash holds none)
         else
-          redis.call('HSET', KEYS[5], existing, spec)
+          redis.call('HSET', bucket, existing, spec)
         end
         redis.call('ZADD', KEYS[1], due, existing)
         wrote(existing, due)
@@ -99,7 +113,7 @@ local function enqueue(id, mode, ms, key, conflict, spec)
     return {id, due, 'created', 'dead'}
   end
   if key ~= '' then redis.call('HSET', KEYS[3], key, id) end
-  redis.call('HSET', KEYS[5], id, spec)
+  redis.call('HSET', spec_bucket(KEYS[5], id), id, spec)
   redis.call('ZADD', KEYS[1], due, id)
   wrote(id, due)
   return {id, due, 'created', 'scheduled'}

@@ -7,8 +7,9 @@
 -- KEYS[5] dedupe hash                   dq:{Q}:keys
 -- KEYS[6] this minute's stats hash      dq:{Q}:stats:<minute>
 -- KEYS[7] job hash prefix               dq:{Q}:job:   (to trim the oldest dead jobs)
--- KEYS[8] specs hash, optional          dq:{Q}:specs  (data older than the rule that a job
---         with a hash has no packed spec may have both: then the spec is the current one)
+-- KEYS[8] specs bucket prefix, optional dq:{Q}:specs: (data older than the rule that a job
+--         with a hash has no packed spec may have both: then the spec in its bucket, KEYS[8]
+--         .. the id's last two characters, is the current one)
 -- ARGV[1] job id
 -- ARGV[2] fencing token
 -- ARGV[3] backoff ms before the next attempt
@@ -36,14 +37,14 @@ local ttl = number_in(ARGV[8], 1, 1e9)
 if not (backoff and default_max and dead_max and ttl) then
   return redis.error_reply('ERR fail: bad backoff, max attempts, dead max or stats ttl')
 end
-local specs = KEYS[8]
-local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash',
-                        specs or KEYS[5], 'hash'})
+local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash'})
 if bad then return bad end
 -- A job key that is not a hash holds no token: stale here, and reap sends it to dead.
 local f = hash_fields(KEYS[1], 'tok', 'att', 'max', 'key', 'hist')
 if not f or f[1] ~= ARGV[2] then return 'stale' end
-local parts = specs and split_spec(redis.call('HGET', specs, id) or '')
+-- (A bucket that is not a hash holds no spec: the hash's fields are the job's.)
+local bucket = KEYS[8] and spec_bucket(KEYS[8], id)
+local parts = bucket and split_spec(bucket_spec(bucket, id) or '')
 if parts then
   f[3] = parts[4] ~= '' and parts[4]
   f[4] = spec_key(parts)
@@ -68,7 +69,7 @@ count_stat(KEYS[6], 'failed', 1, ttl)
 if why then
   if parts then  -- the job's current spec goes where a dead job keeps it
     write_spec(KEYS[1], parts)
-    redis.call('HDEL', specs, id)
+    redis.call('HDEL', bucket, id)
   end
   redis.call('HSET', KEYS[1], 'why', why)
   release_key(KEYS[5], f[4], id)
