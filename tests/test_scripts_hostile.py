@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -260,6 +261,70 @@ def test_enqueue_sent_again_after_its_job_was_claimed_writes_no_second_copy(
     reply = enqueue(raw, "A", key="k")
     assert (reply[0], reply[2], reply[3]) == (b"A", b"created", b"inflight")
     assert raw.zcard(Q.scheduled) == 0 and packed_specs(raw, Q) == {}
+
+
+def enqueue_both(c: Raw, *job_ids: str) -> Any:
+    """One call that enqueues each of ``job_ids`` (keyless, due now)."""
+    args: list[Any] = ["w", WAKE_HORIZON_MS]
+    for job_id in job_ids:
+        args += [job_id, "delay", 0, "", "keep", pack(TASK, "[]")]
+    return run("enqueue", [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix],
+               args, c)  # fmt: skip
+
+
+# What one enqueue call reads or writes: (setup, the call, the keys it uses, its outcome).
+ENQUEUE_CASES: dict[str, tuple[Callable[[Raw], Any], Callable[[Raw], Any], set[str], bytes]] = {
+    "one job": (lambda c: None, lambda c: enqueue(c, "A"), {"scheduled", "bucket"}, b"created"),
+    "one job with a key": (
+        lambda c: None,
+        lambda c: enqueue(c, "A", key="k"),
+        {"scheduled", "dedupe", "bucket"},
+        b"created",
+    ),
+    "sent again after its claim": (
+        lambda c: (enqueue(c, "A"), claim(c)),
+        lambda c: enqueue(c, "A"),
+        {"scheduled", "inflight"},
+        b"created",
+    ),
+    "keep of a running job": (
+        lambda c: (enqueue(c, "B", key="k"), claim(c)),
+        lambda c: enqueue(c, "A", key="k"),
+        {"scheduled", "dedupe", "inflight"},
+        b"kept",
+    ),
+    "a batch": (
+        lambda c: None,
+        lambda c: enqueue_both(c, "B", "A")[1],
+        {"scheduled", "inflight", "dedupe", "bucket"},
+        b"created",
+    ),  # fmt: skip
+}
+ENQUEUE_KEYS = {"scheduled": (Q.scheduled, "zset"), "inflight": (Q.inflight, "zset"),
+                "dedupe": (Q.dedupe, "hash"), "bucket": (f"{Q.spec_prefix}A", "hash")}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(ENQUEUE_CASES))
+@pytest.mark.parametrize("structure", list(ENQUEUE_KEYS))
+def test_enqueue_fails_on_a_key_of_the_wrong_type_it_uses_before_any_write(
+    raw: Raw, case: str, structure: str
+) -> None:
+    """One job checks a key when it uses it, a batch every key first: a key of the wrong
+    type that the call uses fails it with wrong_type's error and nothing written; one it
+    does not use stops nothing."""
+    setup, call, uses, outcome = ENQUEUE_CASES[case]
+    setup(raw)
+    key, want = ENQUEUE_KEYS[structure]
+    raw.delete(key)
+    raw.set(key, b"planted")
+    before = snapshot(raw)
+    if structure in uses:
+        message = f"WRONGTYPE delayqueue: {key} is a string, not a {want}"
+        with pytest.raises(redis.ResponseError, match=f"^{re.escape(message)}$"):
+            call(raw)
+        assert snapshot(raw) == before
+    else:
+        assert call(raw)[2] == outcome
 
 
 @pytest.mark.parametrize("ms", ["abc", "nan", "inf", "1e300"])

@@ -1,5 +1,5 @@
--- Provides spec_bucket, bucket_spec, split_spec, write_spec and spec_key: the packed spec of
--- never-claimed jobs.
+-- Provides spec_bucket, bucket_spec, split_spec, is_spec, write_spec and spec_key: the packed
+-- spec of never-claimed jobs.
 -- A scheduled job that was never claimed keeps its spec packed in one field (id -> spec) of
 -- a specs bucket, not in a hash of its own: a key per job costs Redis ~100 bytes before it
 -- holds anything. The bucket is the hash dq:{Q}:specs:<the id's last two characters>
@@ -47,6 +47,11 @@ local function split_spec(spec)
   end
   parts[6] = string.sub(spec, pos)
   return parts
+end
+
+-- Whether split_spec would split `spec` (at least five "\n"), without splitting it.
+local function is_spec(spec)
+  return string.find(spec, '\n.-\n.-\n.-\n.-\n') ~= nil
 end
 
 -- Writes a split spec into job hash `job` (which must be a hash or missing): its non-empty

@@ -42,22 +42,41 @@ for i = 3, #ARGV, 6 do
     due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
   end
   if ARGV[i] == '' or not due or (conflict ~= 'keep' and conflict ~= 'replace')
-      or not split_spec(ARGV[i + 5]) then
+      or not is_spec(ARGV[i + 5]) then
     return redis.error_reply('ERR enqueue: job ' .. (i - 1) / 6 .. ' has a bad id, mode, ms '
                              .. '(a time between years 1 and 9999), conflict or spec')
   end
 end
-local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash'})
+-- A key of the wrong type fails the call as wrong_type does, before its first write. A
+-- batch checks every key it may use first (a later job must not fail once an earlier one
+-- wrote). One job (delay_for: one TYPE instead of four) checks the scheduled zset, which it
+-- always writes, and each other key when it uses it: it reads the dedupe hash and the
+-- inflight zset only before its first write, and a new job's first write is the HSET of its
+-- spec into its bucket, which fails on a bucket of another type having written nothing
+-- (checked() below). Replacing a job writes only keys found of the right type by then.
+local single = #ARGV == 8
+local bad = wrong_type(single and {KEYS[1], 'zset'}
+                       or {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash'})
 if bad then return bad end
--- The bucket each new spec goes to (the call's jobs share some).
-local buckets = {}
-for i = 3, #ARGV, 6 do
-  local bucket = spec_bucket(KEYS[5], ARGV[i])
-  if not buckets[bucket] then
-    buckets[bucket] = true
-    bad = wrong_type({bucket, 'hash'})
-    if bad then return bad end
+if not single then  -- the bucket each new spec goes to (the call's jobs share some)
+  local buckets = {}
+  for i = 3, #ARGV, 6 do
+    local bucket = spec_bucket(KEYS[5], ARGV[i])
+    if not buckets[bucket] then
+      buckets[bucket] = true
+      bad = wrong_type({bucket, 'hash'})
+      if bad then return bad end
+    end
   end
+end
+
+-- `command` on key `k` (a read, or the call's first write), which the call uses as a
+-- `want`: its reply, or nil and wrong_type's error reply when `k` is of another type (the
+-- command did nothing). One job returns that reply; a batch never meets it (checked above).
+local function checked(want, command, k, ...)
+  local reply = redis.pcall(command, k, ...)
+  if type(reply) == 'table' and reply.err then return nil, wrong_type({k, want}) or reply end
+  return reply
 end
 
 local earliest, earliest_id  -- the job this call wrote that sorts first
@@ -71,8 +90,11 @@ end
 local function enqueue(id, mode, ms, key, conflict, spec)
   local due = tonumber(ms)
   if mode == 'delay' then due = clock() + due end
+  local failed  -- the error reply of a key of the wrong type (one job only: see above)
   if key ~= '' then
-    local existing = redis.call('HGET', KEYS[3], key)
+    local existing
+    existing, failed = checked('hash', 'HGET', KEYS[3], key)
+    if failed then return failed end
     if existing and existing ~= id then  -- (the same id: this call sent again)
       local job = KEYS[4] .. existing
       local bucket = spec_bucket(KEYS[5], existing)
@@ -97,7 +119,11 @@ local function enqueue(id, mode, ms, key, conflict, spec)
         wrote(existing, due)
         return {existing, due, 'replaced', 'scheduled'}
       end
-      local deadline = job_type == 'hash' and redis.call('ZSCORE', KEYS[2], existing)
+      local deadline = false
+      if job_type == 'hash' then
+        deadline, failed = checked('zset', 'ZSCORE', KEYS[2], existing)
+        if failed then return failed end
+      end
       if deadline and conflict == 'keep' then
         return {existing, deadline, 'kept', 'inflight'}
       end
@@ -106,14 +132,19 @@ local function enqueue(id, mode, ms, key, conflict, spec)
   -- This very call, sent again after its job was claimed (it has a hash): a spec is not
   -- written beside the hash, nor is the job put back.
   if redis.call('EXISTS', KEYS[4] .. id) == 1 then
-    local at = redis.call('ZSCORE', KEYS[2], id)
+    local at
+    at, failed = checked('zset', 'ZSCORE', KEYS[2], id)
+    if failed then return failed end
     if at then return {id, at, 'created', 'inflight'} end
     at = redis.call('ZSCORE', KEYS[1], id)
     if at then return {id, at, 'created', 'scheduled'} end
     return {id, due, 'created', 'dead'}
   end
+  -- The spec first: for one job the call's first write, which checks its bucket. The dedupe
+  -- hash, read above, comes next.
+  failed = select(2, checked('hash', 'HSET', spec_bucket(KEYS[5], id), id, spec))
+  if failed then return failed end
   if key ~= '' then redis.call('HSET', KEYS[3], key, id) end
-  redis.call('HSET', spec_bucket(KEYS[5], id), id, spec)
   redis.call('ZADD', KEYS[1], due, id)
   wrote(id, due)
   return {id, due, 'created', 'scheduled'}
@@ -121,8 +152,10 @@ end
 
 local replies = {}
 for i = 3, #ARGV, 6 do
-  replies[#replies + 1] = enqueue(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4],
-                                  ARGV[i + 5])
+  local reply = enqueue(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4],
+                        ARGV[i + 5])
+  if reply.err then return reply end  -- (one job, before any write: see above)
+  replies[#replies + 1] = reply
 end
 
 -- A job written here is now the earliest and due soon: wake the workers sleeping until the
