@@ -448,7 +448,12 @@ def reschedule(
         pipe = get_redis().pipeline(transaction=False)
         pipe.hget(keys.job(found_id), "task")
         pipe.hget(keys.spec_bucket(found_id), found_id)
-        in_hash, spec = pipe.execute()
+        # The job is moved: a key of the wrong type (corrupt data) only leaves its task
+        # name unknown here, it does not make the call look as if it failed.
+        in_hash, spec = (
+            None if isinstance(reply, Exception) else reply
+            for reply in pipe.execute(raise_on_error=False)
+        )
         name = job_fields({"task": in_hash} if in_hash else {}, spec).get("task", "")
     return Job(
         id=found_id,

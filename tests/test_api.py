@@ -291,3 +291,18 @@ def test_reschedule_names_the_task_of_a_job_back_from_a_failed_attempt(r: redis.
     assert outcome == "retry" and not r.hexists(k.spec_bucket(job.id), job.id)
     moved = jobs.record.reschedule(job.id, seconds=5)
     assert moved is not None and moved.task == "tests.jobs.record"
+
+
+def test_reschedule_of_a_job_whose_specs_bucket_is_corrupt_moves_it_and_returns(
+    r: redis.Redis,
+) -> None:
+    """The job is moved before its task name is looked up: a bucket of the wrong type only
+    leaves the name unknown, it does not make the call raise after the move."""
+    job = jobs.record.delay_for("a", seconds=60, on_commit=False)
+    k = queue_keys("tests")
+    before = r.zscore(k.scheduled, job.id)
+    r.delete(k.spec_bucket(job.id))
+    r.set(k.spec_bucket(job.id), "not a hash")
+    moved = jobs.record.reschedule(job.id, seconds=600)
+    assert moved is not None and moved.id == job.id and moved.task == ""
+    assert before is not None and (r.zscore(k.scheduled, job.id) or 0) > before + 500_000
