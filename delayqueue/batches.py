@@ -48,8 +48,8 @@ class BatchJob:
     kwargs: dict[str, Any]
     due_ms: int | None
     attempt: int = 0
-    # set by its begin: Redis's clock as it ran, and the time.monotonic() of its reply
-    begun_ms: int | None = None
+    # set by its begin: Redis's clock as it ran (microseconds), the time.monotonic() of its reply
+    begun_us: int | None = None
     replied: float = 0.0
 
     @classmethod
@@ -160,7 +160,7 @@ def _begin(keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int
                 "job %s on %s: stale dispatch (token %s), not run", job.id, queue, job.token
             )
         else:
-            job.attempt, job.begun_ms, job.replied = began.attempt, began.now_ms, replied
+            job.attempt, job.begun_us, job.replied = began.attempt, began.now_us, replied
             runnable.append(job)
     return runnable
 
@@ -175,7 +175,7 @@ def _run_one(
     backoff: Backoff | None,
     claimed_ms: int | None,
 ) -> int:
-    hold_until_due(job.due_ms, job.begun_ms, job.replied)
+    hold_until_due(job.due_ms, job.begun_us, job.replied)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(

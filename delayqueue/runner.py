@@ -109,15 +109,17 @@ def _since_ms(request: Any, name: str, now_ms: int) -> int | None:
     return None if then is None else now_ms - then
 
 
-def hold_until_due(due_ms: int | None, begun_ms: int | None, replied: float) -> None:
+def hold_until_due(due_ms: int | None, begun_us: int | None, replied: float) -> None:
     """Wait for the due time of a job the delay worker claimed ahead of it (DISPATCH_AHEAD):
-    begun already, it starts on time rather than a hop later. ``begun_ms`` is Redis's clock
-    as ``begin`` ran, ``replied`` the ``time.monotonic()`` its reply arrived: Redis read its
-    clock before that, so the job never starts before its due time by Redis's clock,
-    whatever this host's clock says. At most MAX_DISPATCH_AHEAD, whatever a header says."""
-    if due_ms is None or begun_ms is None or due_ms <= begun_ms:
+    begun already, it starts on time rather than a hop later. ``begun_us`` is Redis's clock
+    as ``begin`` ran (microseconds), ``replied`` the ``time.monotonic()`` its reply arrived:
+    Redis read its clock before that, so the job never starts before its due time by Redis's
+    clock, whatever this host's clock says. At most MAX_DISPATCH_AHEAD, whatever a header
+    says."""
+    if due_ms is None or begun_us is None or due_ms * 1000 <= begun_us:
         return
-    wait = min(due_ms - begun_ms, MAX_DISPATCH_AHEAD * 1000) / 1000 - (time.monotonic() - replied)
+    ahead = min((due_ms * 1000 - begun_us) / 1e6, MAX_DISPATCH_AHEAD)
+    wait = ahead - (time.monotonic() - replied)
     if wait > 0:
         time.sleep(wait)
 
@@ -169,7 +171,7 @@ def run_job(
     task = _task_name(call)
     attempt = started.attempt
     request = getattr(current_task, "request", None)
-    hold_until_due(header_ms(request, HEADER_DUE), started.now_ms, replied)
+    hold_until_due(header_ms(request, HEADER_DUE), started.now_us, replied)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(

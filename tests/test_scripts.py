@@ -381,10 +381,10 @@ def test_begin_checks_the_fencing_token(r: redis.Redis) -> None:
     assert begin([Q.job("A"), Q.inflight], ["A", "0", 60_000]) == [0]
     started = begin([Q.job("A"), Q.inflight], ["A", token, 60_000])
     assert started[0] == 1 and started[1] == 1
-    # the deadline restarts from the start of the run, which it returns (Redis's clock)
-    assert score(r, Q.inflight, "A") == started[3] + 60_000
+    # the deadline restarts from the start of the run, which it returns (Redis's clock, µs)
+    assert score(r, Q.inflight, "A") == started[3] // 1000 + 60_000
     seconds, micros = r.time()
-    assert 0 <= int(seconds) * 1000 + int(micros) // 1000 - started[3] < 1_000
+    assert 0 <= int(seconds) * 1_000_000 + int(micros) - started[3] < 1_000_000
 
 
 def test_a_dispatch_that_never_started_is_not_an_attempt(r: redis.Redis) -> None:

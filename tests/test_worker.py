@@ -66,25 +66,27 @@ def test_a_pass_claims_what_is_due_within_dispatch_ahead_and_wakes_that_early(
 
 
 def test_the_celery_side_holds_a_job_dispatched_ahead_until_its_due_time_by_redis_clock() -> None:
-    """``begin`` returns Redis's clock; the hold is the due time minus it, counted from the
-    reply, so this host's clock does not matter."""
+    """``begin`` returns Redis's clock (microseconds); the hold is the due time minus it,
+    counted from the reply, so this host's clock does not matter."""
     from delayqueue.runner import hold_until_due
 
-    def held(due_ms: int | None, begun_ms: int | None, replied_ago: float = 0.0) -> float:
+    def held(due_ms: int | None, begun_us: int | None, replied_ago: float = 0.0) -> float:
         started = time.monotonic()
-        hold_until_due(due_ms, begun_ms, started - replied_ago)
+        hold_until_due(due_ms, begun_us, started - replied_ago)
         return time.monotonic() - started
 
     redis_ms = 5_000_000  # any clock: only due - begun counts
-    assert 0.08 <= held(redis_ms + 80, redis_ms) < 0.5
+    assert 0.08 <= held(redis_ms + 80, redis_ms * 1000) < 0.5
+    # to the microsecond: begun 0.9 ms into Redis's ms, the hold is 0.1 ms shorter than 1 ms
+    assert 0.0009 <= held(redis_ms + 1, redis_ms * 1000 + 100) < 0.05
     # the time since the reply arrived is part of the hold
-    assert 0.03 <= held(redis_ms + 80, redis_ms, replied_ago=0.05) < 0.075
+    assert 0.03 <= held(redis_ms + 80, redis_ms * 1000, replied_ago=0.05) < 0.075
     # never more than MAX_DISPATCH_AHEAD (1 s), whatever a message's header says
-    assert 0.999 <= held(redis_ms + 3_600_000, redis_ms) < 1.5
+    assert 0.999 <= held(redis_ms + 3_600_000, redis_ms * 1000) < 1.5
     # begun at or after its due time, or without the times: not held
-    assert held(redis_ms, redis_ms) < 0.01
-    assert held(redis_ms - 10, redis_ms) < 0.01
-    assert held(None, redis_ms) < 0.01
+    assert held(redis_ms, redis_ms * 1000) < 0.01
+    assert held(redis_ms, redis_ms * 1000 + 1) < 0.01
+    assert held(None, redis_ms * 1000) < 0.01
     assert held(redis_ms + 80, None) < 0.01
 
 

@@ -201,7 +201,7 @@ class Begun:
     run: bool  # False: a stale dispatch (or data that cannot run): do not run the task
     attempt: int = 0
     max_attempts: str = ""  # "" when the job stores none
-    now_ms: int | None = None  # Redis's clock as the script ran
+    now_us: int | None = None  # Redis's clock as the script ran, in microseconds
 
 
 def begin(keys: QueueKeys, job_id: str, token: str, *, visibility_ms: int) -> ScriptCall[Begun]:

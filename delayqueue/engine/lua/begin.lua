@@ -5,14 +5,15 @@
 -- ARGV[1] job id
 -- ARGV[2] fencing token the dispatch carried
 -- ARGV[3] visibility timeout ms for jobs that set none of their own
--- Returns {1, attempt, max attempts or "", now ms} to run (Redis's clock: a job dispatched
--- ahead of its due time is held until then by it, see runner.hold_until_due), {0} when the
--- token is stale (or the job's data is corrupt: it does not run, and reap or the next claim
--- sends it to dead).
+-- Returns {1, attempt, max attempts or "", now in microseconds} to run (Redis's clock: a job
+-- dispatched ahead of its due time is held until then by it, see runner.hold_until_due), {0}
+-- when the token is stale (or the job's data is corrupt: it does not run, and reap or the
+-- next claim sends it to dead).
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
-local now = now_ms()
+local now_in_us = now_us()
+local now = math.floor(now_in_us / 1000)
 local default_vt = number_in(ARGV[3], 0, MAX_VT_MS)
 if not default_vt then
   return redis.error_reply('ERR begin: ARGV[3] is a visibility timeout in ms')
@@ -28,4 +29,4 @@ if not (vt and attempt and max_attempts(f[3], 1)) then return {0} end
 redis.call('ZADD', KEYS[2], 'XX', now + vt, ARGV[1])
 redis.call('HSET', KEYS[1], 'began', ARGV[2])  -- this dispatch started (see reap.lua)
 redis.call('HDEL', KEYS[1], 'rp')
-return {1, attempt, f[3] or '', now}
+return {1, attempt, f[3] or '', now_in_us}
