@@ -253,9 +253,11 @@ class DelayWorker:
         self.clock.observe(claim.now_ms, replied)
         result.full = result.full or len(claim.jobs) >= self.claim_limit
         # The next job is claimed ahead_ms before it is due.
-        ahead = None if claim.next_due_ms is None else claim.next_due_ms - self.ahead_ms
+        next_claim = None if claim.next_due_ms is None else claim.next_due_ms - self.ahead_ms
         points = [
-            (point, claim.now_ms) for point in (ahead, claim.next_deadline_ms) if point is not None
+            (point, claim.now_ms)
+            for point in (next_claim, claim.next_deadline_ms)
+            if point is not None
         ]
         for point, now in points:
             result.wait_ms = min(result.wait_ms, max(0, point - now))

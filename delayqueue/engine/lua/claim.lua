@@ -53,7 +53,8 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   return {now, -1, head_score(KEYS[2]), 1, {}}
 end
 
--- Due jobs (and those due within `ahead` ms), and jobs due after year 9999 (no time delayqueue writes: corrupt, to dead).
+-- Due jobs (and those due within `ahead` ms), and jobs due after year 9999 (no time
+-- delayqueue writes: corrupt, to dead).
 local ids, far, due_of = due_ids(KEYS[1], now + ahead, limit, true)
 
 -- What claiming job `id` would do, from reads only: {ok = true, ...} or {why = reason, ...}.
