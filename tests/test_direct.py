@@ -61,7 +61,7 @@ def test_a_connection_dropped_while_idle_is_replaced(r: redis.Redis) -> None:
     jobs.record.delay_for("first", seconds=60, on_commit=False)
     assert execution._direct is not None
     (idle,) = execution._direct._idle
-    port = idle._sock.getsockname()[1]  # type: ignore[attr-defined]
+    port = idle.connection._sock.getsockname()[1]  # type: ignore[attr-defined]
     (mine,) = [c for c in r.client_list() if c["addr"].endswith(f":{port}")]
     r.client_kill_filter(_id=mine["id"])
     job = jobs.record.delay_for("after kill", seconds=60, on_commit=False)
@@ -124,6 +124,41 @@ def test_warm_up_registers_the_scripts_and_opens_a_direct_connection(r: redis.Re
     direct = execution._direct
     assert direct is not None and execution._scripts is not None
     [idle] = direct._idle
-    assert idle._sock is not None  # connected before any call
+    assert idle.connection._sock is not None  # connected before any call
     jobs.record.delay_for("after warm-up", seconds=60, on_commit=False)
     assert direct._idle == [idle]  # the first call used it
+
+
+def test_the_reply_is_read_off_the_socket_and_a_resp3_push_before_it_is_skipped(
+    r: redis.Redis,
+) -> None:
+    """The direct path reads replies with its own hiredis reader. A RESP3 push that arrives
+    first (here a client-tracking invalidation; on a managed Redis a maintenance notice) is
+    not taken for the reply."""
+    jobs.record.delay_for("first", seconds=60, on_commit=False)
+    assert execution._direct is not None
+    (idle,) = execution._direct._idle
+    if idle.connection.protocol not in (3, "3"):  # type: ignore[attr-defined]
+        pytest.skip("the client speaks RESP2: Redis sends it no pushes")
+    assert idle._reader is not None  # the direct read, not redis-py's read path
+    pack = execution._packed
+    assert idle.exchange(pack("CLIENT", "TRACKING", "ON")) == "OK"
+    r.set("dq-test:tracked", "1")
+    assert idle.exchange(pack("GET", "dq-test:tracked")) == "1"  # now tracked
+    r.set("dq-test:tracked", "2")  # an invalidation push is on its way to the connection
+    assert idle.exchange(pack("ECHO", "after the push")) == "after the push"
+    assert idle.exchange(pack("CLIENT", "TRACKING", "OFF")) == "OK"
+    job = jobs.record.delay_for("after", seconds=60, on_commit=False)
+    assert r.zscore(SCHEDULED, job.id) is not None
+
+
+def test_an_error_reply_read_off_the_socket_is_raised_as_redis_py_would(r: redis.Redis) -> None:
+    jobs.record.delay_for("first", seconds=60, on_commit=False)
+    assert execution._direct is not None
+    (idle,) = execution._direct._idle
+    r.set("dq-test:text", "x")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        idle.exchange(execution._packed("ZADD", "dq-test:text", 1, "a"))
+    with pytest.raises(redis.exceptions.NoScriptError):
+        idle.exchange(execution._packed("EVALSHA", "0" * 40, 0))
+    assert idle.exchange(execution._packed("PING")) == "PONG"  # the connection reads on

@@ -100,7 +100,8 @@ def test_the_direct_path_runs_on_the_master_and_reloads_a_lost_script(
     first = jobs.record.delay_for("first", seconds=60, on_commit=False)
     assert execution._direct is not None
     (idle,) = execution._direct._idle
-    assert (idle.host, idle.port) == ("127.0.0.1", _address(master)[1])  # type: ignore[attr-defined]
+    link = idle.connection
+    assert (link.host, link.port) == ("127.0.0.1", _address(master)[1])  # type: ignore[attr-defined]
     master.script_flush()  # NOSCRIPT: loaded again on the same connection
     second = jobs.record.delay_for("second", seconds=60, on_commit=False)
     assert {first.id, second.id} == set(master.zrange(Q.scheduled, 0, -1))
@@ -113,14 +114,15 @@ def test_a_direct_connection_on_a_demoted_master_reconnects_to_the_master(
     sentinels name; the call is sent there and the job is not lost."""
     jobs.record.delay_for("warm up", seconds=60, on_commit=False)
     assert execution._direct is not None
-    (connection,) = execution._direct._idle
+    (idle,) = execution._direct._idle
+    connection = idle.connection
     replica = next(s for s in topology.servers if s is not topology.master)
     connection.disconnect()
     connection.connect_to(("127.0.0.1", replica.port))  # type: ignore[attr-defined]
     job = jobs.record.delay_for("after READONLY", seconds=60, on_commit=False)
     assert master.zscore(Q.scheduled, job.id) is not None
-    (connection,) = execution._direct._idle
-    assert connection.port == _address(master)[1]  # type: ignore[attr-defined]
+    (idle,) = execution._direct._idle
+    assert idle.connection.port == _address(master)[1]  # type: ignore[attr-defined]
 
 
 def test_a_worker_pass_claims_and_dispatches_through_sentinel(
