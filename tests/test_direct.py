@@ -4,14 +4,18 @@ does for us elsewhere, it must do too."""
 from __future__ import annotations
 
 import os
+import socket
 import threading
+import time
 
+import hiredis
 import pytest
 import redis
 
 from delayqueue import client as queue
 from delayqueue.engine import execution, transitions
 from delayqueue.engine.keys import queue_keys
+from delayqueue.errors import RedisUnavailable
 from tests import jobs
 from tests.conftest import only_on
 
@@ -138,7 +142,7 @@ def test_the_reply_is_read_off_the_socket_and_a_resp3_push_before_it_is_skipped(
     jobs.record.delay_for("first", seconds=60, on_commit=False)
     assert execution._direct is not None
     (idle,) = execution._direct._idle
-    if idle.connection.protocol not in (3, "3"):  # type: ignore[attr-defined]
+    if idle.connection.protocol not in (3, "3"):
         pytest.skip("the client speaks RESP2: Redis sends it no pushes")
     assert idle._reader is not None  # the direct read, not redis-py's read path
     pack = execution._packed
@@ -162,3 +166,63 @@ def test_an_error_reply_read_off_the_socket_is_raised_as_redis_py_would(r: redis
     with pytest.raises(redis.exceptions.NoScriptError):
         idle.exchange(execution._packed("EVALSHA", "0" * 40, 0))
     assert idle.exchange(execution._packed("PING")) == "PONG"  # the connection reads on
+
+
+def test_a_reply_that_does_not_come_in_time_raises_and_the_next_call_goes_through(
+    r: redis.Redis,
+) -> None:
+    """The direct socket keeps the client's SOCKET_TIMEOUT (as the kernel's receive
+    timeout): a call Redis holds back (CLIENT PAUSE) fails after it, on its own, and is
+    not sent three times; the connection is dropped and the next call makes a new one."""
+    jobs.record.delay_for("first", seconds=60, on_commit=False)
+    assert execution._direct is not None
+    (idle,) = execution._direct._idle
+    idle.disconnect()
+    idle.connection.socket_timeout = 0.3
+    idle.connect()
+    sock = idle.connection._sock
+    assert sock is not None
+    if os.uname().sysname == "Linux":
+        assert sock.gettimeout() is None  # the kernel's timeout, not Python's polling
+    r.client_pause(1_500, all=False)  # write commands wait (EVALSHA of a write script)
+    started = time.monotonic()
+    with pytest.raises(RedisUnavailable, match="Timeout"):
+        jobs.record.delay_for("held back", seconds=60, on_commit=False)
+    assert 0.25 < time.monotonic() - started < 1.0
+    r.client_unpause()
+    job = jobs.record.delay_for("after", seconds=60, on_commit=False)
+    assert r.zscore(SCHEDULED, job.id) is not None
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n+the reply\r\n"],  # in one read
+        [b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n", b"+the reply\r\n"],
+        [b"+the re", b"ply\r\n"],  # a reply split over two reads
+    ],
+)
+def test_the_reply_after_a_push_is_found_however_the_socket_delivers_them(
+    chunks: list[bytes],
+) -> None:
+    """The read loop on a socket pair standing for Redis: a push and the reply in one read
+    (the reply is already in the reader: waiting for more would hang), or in two."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(2)  # a loop waiting for a reply it already has fails, not hangs
+    try:
+        link = execution._Link(_Socket(ours))  # type: ignore[arg-type]
+        link._reader = hiredis.Reader(encoding="utf-8")
+        for chunk in chunks:
+            theirs.sendall(chunk)
+            time.sleep(0.01)  # each chunk is a read of its own
+        assert link.exchange(b"PING\r\n") == "the reply"
+    finally:
+        ours.close()
+        theirs.close()
+
+
+class _Socket:
+    """A connection as ``_Link.exchange`` uses one: its socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import struct
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
@@ -312,6 +315,8 @@ class _Link:
         answered READONLY was demoted; the connection dropped itself)."""
         self.connection.connect()
         self._reader = _reader_for(self.connection)
+        if self._reader is not None:
+            _kernel_timeouts(getattr(self.connection, "_sock", None))
 
     def disconnect(self) -> None:
         self.connection.disconnect()
@@ -347,23 +352,42 @@ class _Link:
             return self.connection.read_response()
         try:
             sock.sendall(packed)
-            reply = reader.gets()
-            # False: the reply is still on its way. A RESP3 push (a server's maintenance
-            # notice) is not the reply: such hints only speed up a reconnect, which a
-            # dropped connection makes anyway.
-            while reply is False or isinstance(reply, hiredis.PushNotification):
-                data = sock.recv(65536)
-                if not data:
-                    raise redis.ConnectionError("Connection closed by server.")
-                reader.feed(data)
+            while True:
                 reply = reader.gets()
-        except TimeoutError:
+                if reply is False:  # the reply (or the rest of it) is still on its way
+                    data = sock.recv(65536)
+                    if not data:
+                        raise redis.ConnectionError("Connection closed by server.")
+                    reader.feed(data)
+                elif not isinstance(reply, hiredis.PushNotification):
+                    break
+                # A RESP3 push (a server's maintenance notice) is not the reply: such hints
+                # only speed up a reconnect, which a dropped connection makes anyway.
+        except (TimeoutError, BlockingIOError):  # (BlockingIOError: see _kernel_timeouts)
             raise redis.TimeoutError("Timeout reading from socket") from None
         except OSError as exc:
             raise redis.ConnectionError(f"Error while talking to Redis: {exc}") from None
         if isinstance(reply, ResponseError):
             raise reply
         return reply
+
+
+def _kernel_timeouts(sock: socket.socket | None) -> None:
+    """Give a plain TCP or Unix socket its timeout as the kernel's SO_RCVTIMEO and
+    SO_SNDTIMEO (Linux) and make it blocking for Python: a Python socket with a timeout
+    polls before every send and every recv, two system calls (about 4 µs) per round trip.
+    A send or recv that times out now fails with EAGAIN (BlockingIOError), which
+    ``exchange`` raises as redis-py's TimeoutError. Sockets of other kinds (TLS), and other
+    systems, keep Python's timeout."""
+    if sock is None or type(sock) is not socket.socket or not sys.platform.startswith("linux"):
+        return
+    timeout = sock.gettimeout()
+    if timeout is not None:
+        micros = max(1, round(timeout * 1e6))  # (0 would mean no timeout at all)
+        interval = struct.pack("ll", micros // 1_000_000, micros % 1_000_000)  # a timeval
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, interval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, interval)
+    sock.settimeout(None)
 
 
 def _packed(*command: Any) -> bytes:
