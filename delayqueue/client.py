@@ -101,9 +101,10 @@ def spec(
     # a sharded queue's job lives in the shard its key (else its id) hashes to
     queue = shard_for(target.queue, key or job_id) if target.sharded else target.queue
     job = Job(id=job_id, queue=queue, task=target.name, key=key)
-    if durable is not None:
+    if durable is None:
+        durable = target.durable
+    else:
         check_flag(durable, "durable")
-    durable = _first_given(durable, target.durable)
     return JobSpec(job, mode, ms, on_conflict, packed, durable)
 
 
@@ -244,15 +245,18 @@ def _write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     """Write jobs: one on the direct connection, more in one round trip (their lines at
     ``each_level``, with one line per batch when that is DEBUG). Durable ones wait for
     replicas in the same round trip (engine/execution.py)."""
+    if len(specs) == 1:  # the latency path: delay_for() in a request
+        job = specs[0].job
+        with redis_errors():
+            remember_queue(job.queue)
+        reply = run_direct(_enqueue_call(specs), durable=specs[0].durable)[0]
+        _apply_reply(job, reply)
+        _scheduled(job, reply)
+        return
     durable = _durable(specs)
     with redis_errors():
         for queue in {s.job.queue for s in specs}:
             remember_queue(queue)
-    if len(specs) == 1:  # the latency path: delay_for() in a request
-        reply = run_direct(_enqueue_call(specs), durable=durable)[0]
-        _apply_reply(specs[0].job, reply)
-        _scheduled(specs[0].job, reply)
-        return
     by_queue: dict[str, list[JobSpec]] = {}
     for s in specs:
         by_queue.setdefault(s.job.queue, []).append(s)

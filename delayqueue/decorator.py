@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from celery import Task, shared_task
+from celery._state import get_current_app
+from celery.local import Proxy
 
 from delayqueue import client
 from delayqueue.engine.keys import check_queue_name
@@ -219,7 +221,7 @@ def delayed_task(
     def wrap(function: Callable[..., Any]) -> DelayedTask:
         if shards is not None:  # refused before the task exists: no half-made task
             declare(queue or str(client.get_settings().default_queue), shards)
-        task: DelayedTask = shared_task(
+        task = shared_task(
             base=DelayedTask,
             dq_queue=queue,
             dq_max_attempts=max_attempts,
@@ -230,6 +232,26 @@ def delayed_task(
             dq_shards=shards,
             **celery_options,
         )(function)
-        return task
+        return _per_app(task)
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _per_app(shared: Any) -> DelayedTask:
+    """Celery's proxy of a shared task, resolved once per current app: a proxy like the one
+    ``shared_task`` returns (the same class, following the current app the same way), but
+    one that remembers the task it found in the app's registry instead of looking it up and
+    working out its name again on every attribute (a few µs of each ``delay_for``). The
+    first look-up per app is Celery's own, which finalizes the app as it always does."""
+    found: tuple[Any, Any] = (None, None)  # (app, its task): one tuple, read at once
+
+    def current_task() -> Any:
+        nonlocal found
+        app, task = found
+        current = get_current_app()
+        if app is not current:
+            task = shared._get_current_object()
+            found = (current, task)
+        return task
+
+    return cast(DelayedTask, Proxy(current_task))

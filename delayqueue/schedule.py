@@ -22,6 +22,9 @@ def delay_seconds(
     delta: timedelta | None = None,
 ) -> float | timedelta:
     """Exactly one of the keyword delays, as seconds or a timedelta."""
+    if minutes is None and hours is None and days is None and delta is None:
+        if type(seconds) is int or type(seconds) is float:  # the usual seconds=N, at once
+            return seconds
     given = {
         name: value
         for name, value in (

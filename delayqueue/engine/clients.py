@@ -159,8 +159,17 @@ class ClusterClient(RedisCluster):
                     node.redis_connection.connection_pool.disconnect()
 
 
+_cluster_types: dict[type, bool] = {}
+
+
 def is_cluster(client: object) -> bool:
-    return isinstance(client, RedisCluster)
+    """Whether ``client`` is a cluster client (by its type, remembered: RedisCluster's
+    isinstance check goes through typing's protocol machinery, 0.6 µs a call)."""
+    kind = type(client)
+    found = _cluster_types.get(kind)
+    if found is None:
+        found = _cluster_types[kind] = isinstance(client, RedisCluster)
+    return found
 
 
 # ---- Redis Sentinel ------------------------------------------------------------------------
