@@ -4,6 +4,7 @@ delayqueue figures are read against."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import redis
@@ -35,6 +36,16 @@ def raw_client(env: BenchEnv) -> redis.Redis:
 def evalsha_rate(env: BenchEnv, n: int, prefill: int = 0, flush: bool = True) -> float:
     """Jobs/s of one EVALSHA round trip per job (HSET + ZADD), redis-py, one process, with
     ``prefill`` members already in the zset."""
+    write = raw_enqueuer(env, prefill, flush)
+    started = time.perf_counter()
+    for i in range(n):
+        write(i)
+    return n / (time.perf_counter() - started)
+
+
+def raw_enqueuer(env: BenchEnv, prefill: int = 0, flush: bool = True) -> Callable[[int], None]:
+    """Job ``i`` written by one EVALSHA round trip (HSET + ZADD) with redis-py's client, the
+    script loaded and the connection open."""
     client = raw_client(env)
     if flush:
         client.flushdb()
@@ -43,13 +54,14 @@ def evalsha_rate(env: BenchEnv, n: int, prefill: int = 0, flush: bool = True) ->
         fill_zset(client, "raw:scheduled", prefill)
     script(["raw:job:warm", "raw:scheduled"], ["t", "[0]", 1, "warm"])
     now = int(time.time() * 1000)
-    started = time.perf_counter()
-    for i in range(n):
+
+    def write(i: int) -> None:
         script(
             [f"raw:job:{i:026d}", "raw:scheduled"],
             ["bench.tasks.noop", f"[{i}]", now + 3_600_000 + i, f"{i:026d}"],
         )
-    return n / (time.perf_counter() - started)
+
+    return write
 
 
 def fill_zset(client: redis.Redis, key: str, count: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,12 +81,7 @@ def fill(count: int, *, due_now: bool = False, batch: int = 1_000) -> None:
 def enqueue(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     noop = _noop()
     env.flush()
-    raw = baselines.evalsha_rate(env, sizes.enqueue)
-    noop.delay_for(0, seconds=3_600)  # connect, load scripts, remember the queue
-    started = time.perf_counter()
-    for i in range(sizes.enqueue):
-        noop.delay_for(i, seconds=3_600 + i % 3_600)
-    one = sizes.enqueue / (time.perf_counter() - started)
+    raw, one = _one_at_a_time(noop, baselines.raw_enqueuer(env), sizes.enqueue)
 
     env.flush()
     zadds = baselines.zadd_pipeline_rate(env, sizes.many)
@@ -100,12 +96,31 @@ def enqueue(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     env.flush()
     return [
         Figure("enqueue", "delay_for, one at a time", one, "jobs/s",
-               "raw EVALSHA, 1 round trip/job", raw, "≥ 0.8x raw", one >= 0.8 * raw),
+               "raw EVALSHA, 1 round trip/job", raw, "≥ 0.9x raw", one >= 0.9 * raw),
         Figure("enqueue", "delay_for, one at a time", one, "jobs/s",
                "Celery apply_async(countdown)", countdown),
         Figure("enqueue", f"delay_many, batches of {sizes.many_batch:,}", many, "jobs/s",
                "raw pipeline of 1,000 ZADDs", zadds, "≥ 50,000 jobs/s", many >= 50_000),
     ]  # fmt: skip
+
+
+def _one_at_a_time(task: Any, raw_write: Callable[[int], None], n: int) -> tuple[float, float]:
+    """Jobs/s of the raw EVALSHA and of ``delay_for``, ``n`` of each, measured in turns of
+    a tenth each: a machine that slows down for a while slows both alike."""
+    task.delay_for(0, seconds=3_600)  # connect, load scripts, remember the queue
+    spent = {"raw": 0.0, "delay_for": 0.0}
+    step = max(1, n // 10)
+    for first in range(0, n, step):
+        block = range(first, min(n, first + step))
+        started = time.perf_counter()
+        for i in block:
+            raw_write(i)
+        spent["raw"] += time.perf_counter() - started
+        started = time.perf_counter()
+        for i in block:
+            task.delay_for(i, seconds=3_600 + i % 3_600)
+        spent["delay_for"] += time.perf_counter() - started
+    return n / spent["raw"], n / spent["delay_for"]
 
 
 # ---- 2. claim -----------------------------------------------------------------------------
