@@ -615,3 +615,45 @@ def test_every_helper_a_script_calls_is_included() -> None:
                 assert re.search(rf"^local (?:function )?{helper}\b", included, re.MULTILINE), (
                     f"{name} uses {helper} without including it"
                 )
+
+
+# ---- one keyless job: enqueue's straight path ----------------------------------------------
+
+
+def test_one_keyless_job_sent_again_before_its_claim_moves_and_takes_the_new_spec(
+    r: redis.Redis,
+) -> None:
+    first = enqueue("A", 60_000)
+    again = enqueue("A", 120_000, "", "keep", "vt", "5000")
+    assert (again[0], again[2], again[3]) == ("A", "created", "scheduled")
+    assert int(again[1]) >= int(first[1]) + 60_000
+    assert r.zscore(Q.scheduled, "A") == int(again[1])
+    assert job(r, "A")["vt"] == "5000" and not r.exists(Q.job("A"))
+
+
+def test_one_keyless_job_sent_again_after_its_claim_is_not_put_back(r: redis.Redis) -> None:
+    enqueue("A", 0)
+    assert [j[0] for j in claim()[4]] == ["A"]
+    job_id, _, outcome, state = enqueue("A", 0)
+    assert (job_id, outcome, state) == ("A", "created", "inflight")
+    assert r.zcard(Q.scheduled) == 0 and packed_specs(r, Q) == {}
+
+
+@pytest.mark.parametrize("again", [False, True])
+def test_one_keyless_job_whose_bucket_is_not_a_hash_leaves_the_scheduled_zset_as_it_was(
+    r: redis.Redis, again: bool
+) -> None:
+    """The straight path adds the job to the zset before it finds its bucket is not a hash:
+    the job leaves it again, or (the call sent again before a claim) stays where it was."""
+    enqueue("OTHER", 5000)
+    if again:
+        enqueue("A", 5000)
+    bucket = f"{Q.spec_prefix}A"  # the bucket of id "A"
+    r.delete(bucket)
+    r.set(bucket, "planted")
+    before = r.zrange(Q.scheduled, 0, -1, withscores=True)
+    message = f"WRONGTYPE delayqueue: {bucket} is a string, not a hash"
+    with pytest.raises(redis.ResponseError, match=f"^{re.escape(message)}$"):
+        enqueue("A", 60_000)
+    assert r.zrange(Q.scheduled, 0, -1, withscores=True) == before
+    assert r.get(bucket) == "planted"
