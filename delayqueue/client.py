@@ -247,16 +247,14 @@ def _write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     replicas in the same round trip (engine/execution.py)."""
     if len(specs) == 1:  # the latency path: delay_for() in a request
         job = specs[0].job
-        with redis_errors():
-            remember_queue(job.queue)
+        remember_queue(job.queue)
         reply = run_direct(_enqueue_call(specs), durable=specs[0].durable)[0]
         _apply_reply(job, reply)
         _scheduled(job, reply)
         return
     durable = _durable(specs)
-    with redis_errors():
-        for queue in {s.job.queue for s in specs}:
-            remember_queue(queue)
+    for queue in {s.job.queue for s in specs}:
+        remember_queue(queue)
     by_queue: dict[str, list[JobSpec]] = {}
     for s in specs:
         by_queue.setdefault(s.job.queue, []).append(s)

@@ -219,6 +219,11 @@ def delayed_task(
         raise InvalidOption(f"batch must be an integer from 1 to {MAX_BATCH}, not {batch!r}")
 
     def wrap(function: Callable[..., Any]) -> DelayedTask:
+        if isinstance(function, Proxy):  # (Celery's own check looks for its exact class)
+            raise TypeError(
+                "@delayed_task was applied to a task; apply it once, to the plain function, "
+                "instead of @shared_task or @app.task"
+            )
         if shards is not None:  # refused before the task exists: no half-made task
             declare(queue or str(client.get_settings().default_queue), shards)
         task = shared_task(
@@ -239,7 +244,7 @@ def delayed_task(
 
 def _per_app(shared: Any) -> DelayedTask:
     """Celery's proxy of a shared task, resolved once per current app: a proxy like the one
-    ``shared_task`` returns (the same class, following the current app the same way), but
+    ``shared_task`` returns (a subclass, following the current app the same way), but
     one that remembers the task it found in the app's registry instead of looking it up and
     working out its name again on every attribute (a few µs of each ``delay_for``). The
     first look-up per app is Celery's own, which finalizes the app as it always does."""
@@ -254,4 +259,14 @@ def _per_app(shared: Any) -> DelayedTask:
             found = (current, task)
         return task
 
-    return cast(DelayedTask, Proxy(current_task))
+    return cast(DelayedTask, _TaskProxy(current_task))
+
+
+class _TaskProxy(Proxy):
+    """Celery's Proxy, asking its resolver straight away: Celery's own first looks for a
+    werkzeug-style local on it (a failed ``hasattr`` per attribute)."""
+
+    __slots__ = ()
+
+    def _get_current_object(self) -> Any:
+        return object.__getattribute__(self, "_Proxy__local")()

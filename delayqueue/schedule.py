@@ -53,6 +53,8 @@ def delay_seconds(
 def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode, int]:
     """("delay", ms from Redis's now) or ("at", epoch ms), checked against MAX_DELAY."""
     max_delay = float(get_settings().max_delay)
+    if type(delay) is int and eta is None and 0 <= delay <= max_delay:  # whole seconds
+        return "delay", delay * 1000
     if (delay is None) == (eta is None):
         raise InvalidDelay("give either a delay or an eta, not both and not neither")
     if eta is not None:

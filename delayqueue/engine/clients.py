@@ -37,6 +37,7 @@ from redis.sentinel import Sentinel
 
 from delayqueue.conf import SETTINGS_READ, get_settings
 from delayqueue.engine.keys import global_keys
+from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.errors import InvalidOption, RedisUnavailable
 from delayqueue.redaction import redact_url
 
@@ -352,7 +353,8 @@ def _reset_on_settings_change(*, setting: str, **kwargs: Any) -> None:
 def remember_queue(queue: str) -> None:
     """Add a queue to the set the admin and the worker list (once per process)."""
     if queue not in _known_queues:
-        get_redis().sadd(global_keys().queues, queue)
+        with redis_errors():
+            get_redis().sadd(global_keys().queues, queue)
         _known_queues.add(queue)
 
 

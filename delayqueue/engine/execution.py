@@ -259,12 +259,14 @@ class DirectConnections:
         self._kwargs = pool.connection_kwargs
         self._idle: list[_Link] = []
         self._pid = os.getpid()
+        self._forks = _forks
 
     def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
         twice with the same arguments: a connection Redis dropped while it sat idle is
         replaced and the call sent again."""
-        self._forget_parents()
+        if self._forks != _forks:  # (a counter, not getpid(): a system call per call)
+            self._forget_parents()
         try:
             link, new = self._idle.pop(), False
         except IndexError:
@@ -289,12 +291,25 @@ class DirectConnections:
         """In a forked child, start with no idle connections (the parent's sockets)."""
         if self._pid != os.getpid():
             self._idle, self._pid = [], os.getpid()
+        self._forks = _forks
 
     def close(self) -> None:
         idle, self._idle = self._idle, []
         if self._pid == os.getpid():
             for link in idle:
                 link.disconnect()
+
+
+_forks = 0  # forks this process came through (as a child): a child's direct connections
+# must not be its parent's sockets
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class _Link:
