@@ -6,13 +6,15 @@ leaves nothing behind. Writes wait for the surrounding transaction to commit (``
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from celery import Task
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from delayqueue import events
 from delayqueue.conf import WAKE_HORIZON_MS, Settings, get_settings
@@ -292,12 +294,27 @@ def _enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitio
 
 def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
     # Outside atomic() there is nothing to wait for (and no need to touch the database).
-    if on_commit:
-        connection = transaction.get_connection(using)
-        if connection.in_atomic_block:
-            _at_commit(connection, using).specs += specs
-            return
+    if on_commit and _in_atomic_block(using):
+        _at_commit(transaction.get_connection(using), using).specs += specs
+        return
     _write(specs)
+
+
+def _in_atomic_block(using: str | None) -> bool:
+    """Whether this thread is inside ``atomic()`` on database ``using``: Django's own flag.
+    In a thread without an event loop, read off the connection Django keeps for the thread
+    (asgiref's thread-critical Local stores it in a plain ``threading.local``); Django's
+    look-up learns that there is no event loop by raising and catching an exception, 1.3 µs
+    of every ``delay_for``. A thread that has no connection yet, an event loop, or another
+    asgiref takes Django's look-up (which also refuses an unknown ``using``)."""
+    if asyncio._get_running_loop() is None:
+        local = getattr(connections, "_connections", None)  # (vars: no Local.__getattr__)
+        storage = getattr(local, "__dict__", {}).get("_storage")
+        if isinstance(storage, threading.local):
+            connection = getattr(storage, using or DEFAULT_DB_ALIAS, None)
+            if connection is not None:
+                return bool(connection.in_atomic_block)
+    return bool(transaction.get_connection(using).in_atomic_block)
 
 
 class _AtCommit:

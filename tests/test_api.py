@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
 import redis
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.test import override_settings
 from django.utils import timezone
+from django.utils.connection import ConnectionDoesNotExist
 
 import delayqueue
 from delayqueue.engine import clients as connection
@@ -306,3 +309,32 @@ def test_reschedule_of_a_job_whose_specs_bucket_is_corrupt_moves_it_and_returns(
     moved = jobs.record.reschedule(job.id, seconds=600)
     assert moved is not None and moved.id == job.id and moved.task == ""
     assert before is not None and (r.zscore(k.scheduled, job.id) or 0) > before + 500_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_transaction_check_is_djangos_in_every_kind_of_thread(r: redis.Redis) -> None:
+    """delay_for reads "inside atomic()?" off the thread's connection when Django has one
+    for the thread; a thread without one yet, an event loop, and an unknown database take
+    Django's own look-up, with Django's answer and errors."""
+    states: list[str] = []
+
+    def in_a_new_thread() -> None:  # no connection of its own yet
+        states.append(jobs.record.delay_for("thread", seconds=60).state)
+        with transaction.atomic():
+            states.append(jobs.record.delay_for("thread, atomic", seconds=60).state)
+        connections.close_all()
+
+    worker = threading.Thread(target=in_a_new_thread)
+    worker.start()
+    worker.join()
+    assert states == ["scheduled", "pending"]
+
+    async def in_an_event_loop() -> str:
+        return jobs.record.delay_for("loop", seconds=60).state
+
+    assert asyncio.run(in_an_event_loop()) == "scheduled"
+    with transaction.atomic():
+        assert jobs.record.delay_for("atomic", seconds=60).state == "pending"
+        with pytest.raises(ConnectionDoesNotExist):
+            delayqueue.enqueue(jobs.record, ("x",), delay=60, using="no-such-database")
+    assert r.zcard(SCHEDULED) == 4
