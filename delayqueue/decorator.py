@@ -270,3 +270,6 @@ class _TaskProxy(Proxy):
 
     def _get_current_object(self) -> Any:
         return object.__getattribute__(self, "_Proxy__local")()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_Proxy__local")(), name)

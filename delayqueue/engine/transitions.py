@@ -23,8 +23,10 @@ ReplyT = TypeVar("ReplyT")
 Id = str | bytes  # ids read back from Redis as bytes may be any bytes (corrupt data)
 
 
-@dataclass(frozen=True)
-class ScriptCall(Generic[ReplyT]):
+class ScriptCall(NamedTuple, Generic[ReplyT]):
+    """One script call, ready to run (engine/execution.py). A tuple: made on every
+    delay_for, in half the time of a frozen dataclass."""
+
     script: str  # the name of delayqueue/engine/lua/<script>.lua
     keys: list[Any]
     args: list[Any]
