@@ -11,13 +11,14 @@ import time
 import hiredis
 import pytest
 import redis
+from redis._parsers import BaseParser
 
 from delayqueue import client as queue
 from delayqueue.engine import execution, transitions
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import RedisUnavailable
 from tests import jobs
-from tests.conftest import only_on
+from tests.conftest import command_calls, only_on
 
 # On a cluster delay_for takes the cluster client's path (test_cluster.py says so).
 pytestmark = only_on("single", "sentinel")
@@ -226,3 +227,64 @@ class _Socket:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+
+
+@pytest.mark.parametrize(
+    ("wire", "error"),
+    [
+        (b"-LOADING Redis is loading the dataset in memory\r\n", redis.BusyLoadingError),
+        (b"-NOAUTH Authentication required.\r\n", redis.AuthenticationError),
+        (b"-ERR unknown command\r\n", redis.ResponseError),
+        (b"?what\r\n", redis.InvalidResponse),  # not RESP
+    ],
+)
+def test_error_replies_read_off_the_socket_are_raised_as_redis_py_raises_them(
+    wire: bytes, error: type[Exception]
+) -> None:
+    """LOADING is a ConnectionError in redis-py (the caller's retry reconnects for it); it
+    must be raised, not returned as the reply."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(2)
+    try:
+        link = execution._Link(_Socket(ours))  # type: ignore[arg-type]
+        link._reader = hiredis.Reader(
+            protocolError=redis.InvalidResponse, replyError=BaseParser.parse_error
+        )
+        theirs.sendall(wire)
+        with pytest.raises(error):
+            link.exchange(b"PING\r\n")
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_an_idle_direct_connection_is_checked_with_a_ping_first(r: redis.Redis) -> None:
+    """redis-py's health check (health_check_interval), which the direct read path makes
+    itself: after that long idle, a PING before the call, so a connection dropped without a
+    word is replaced before the job is sent."""
+    jobs.record.delay_for("first", seconds=60, on_commit=False)
+    assert execution._direct is not None
+    (idle,) = execution._direct._idle
+    setattr(idle.connection, "health_check_interval", 0.2)  # noqa: B010  (typed int)
+    pings = command_calls(r, "ping")
+    jobs.record.delay_for("at once", seconds=60, on_commit=False)
+    assert command_calls(r, "ping") == pings  # used a moment ago: no PING
+    time.sleep(0.3)
+    jobs.record.delay_for("after idling", seconds=60, on_commit=False)
+    assert command_calls(r, "ping") == pings + 1
+    assert r.zcard(SCHEDULED) == 3
+
+
+def test_a_socket_of_another_kind_keeps_pythons_timeout() -> None:
+    """gevent's and eventlet's sockets stand in for the stdlib's: the kernel's timeout would
+    do nothing on their non-blocking sockets, and None would mean "wait forever"."""
+
+    class Green(socket.socket):  # a class from another module, like gevent's
+        pass
+
+    for sock in (Green(), socket.socket()):
+        sock.settimeout(1.5)
+        execution._kernel_timeouts(sock)
+        expected = 1.5 if type(sock) is Green or os.uname().sysname != "Linux" else None
+        assert sock.gettimeout() == expected
+        sock.close()

@@ -8,12 +8,14 @@ to): it returns when ``DURABLE_REPLICAS`` replicas have everything the connectio
 
 from __future__ import annotations
 
+import _socket
 import logging
 import os
 import socket
 import struct
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 
@@ -24,7 +26,7 @@ from redis import Redis
 from redis._parsers import BaseParser
 from redis.commands.core import Script
 from redis.connection import AbstractConnection
-from redis.exceptions import AskError, NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import AskError, InvalidResponse, NoPermissionError, NoScriptError
 
 from delayqueue.conf import get_settings
 from delayqueue.engine.clients import get_redis, is_cluster, on_reset
@@ -259,14 +261,12 @@ class DirectConnections:
         self._kwargs = pool.connection_kwargs
         self._idle: list[_Link] = []
         self._pid = os.getpid()
-        self._forks = _forks
 
     def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
         twice with the same arguments: a connection Redis dropped while it sat idle is
         replaced and the call sent again."""
-        if self._forks != _forks:  # (a counter, not getpid(): a system call per call)
-            self._forget_parents()
+        self._forget_parents()
         try:
             link, new = self._idle.pop(), False
         except IndexError:
@@ -291,7 +291,6 @@ class DirectConnections:
         """In a forked child, start with no idle connections (the parent's sockets)."""
         if self._pid != os.getpid():
             self._idle, self._pid = [], os.getpid()
-        self._forks = _forks
 
     def close(self) -> None:
         idle, self._idle = self._idle, []
@@ -300,28 +299,17 @@ class DirectConnections:
                 link.disconnect()
 
 
-_forks = 0  # forks this process came through (as a child): a child's direct connections
-# must not be its parent's sockets
-
-
-def _forked() -> None:
-    global _forks
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
 class _Link:
     """One direct connection: redis-py's connection (which connects, authenticates, asks
     the sentinels for the master, speaks TLS) and, when redis-py's own read path does
     nothing more than parse the reply, a hiredis reader that reads its socket directly."""
 
-    __slots__ = ("connection", "_reader")
+    __slots__ = ("connection", "_reader", "_used")
 
     def __init__(self, connection: AbstractConnection) -> None:
         self.connection = connection
         self._reader: hiredis.Reader | None = None
+        self._used = 0.0  # time.monotonic() of its last reply
 
     def connect(self) -> None:
         """Connect (a no-op when connected); a reader for what the socket says from now on.
@@ -332,6 +320,7 @@ class _Link:
         self._reader = _reader_for(self.connection)
         if self._reader is not None:
             _kernel_timeouts(getattr(self.connection, "_sock", None))
+        self._used = time.monotonic()
 
     def disconnect(self) -> None:
         self.connection.disconnect()
@@ -343,6 +332,8 @@ class _Link:
             try:
                 if connect or failures:
                     self.connect()
+                elif self._reader is not None:
+                    self._check_health()
                 return self.exchange(_packed("EVALSHA", script.sha, len(keys), *keys, *args))
             except NoScriptError:
                 # Once per call, whatever connection failures came first: a replica promoted
@@ -359,6 +350,18 @@ class _Link:
                     raise
                 self.disconnect()  # the next attempt connects again
 
+    def _check_health(self) -> None:
+        """redis-py's health check, which its read path would make: after
+        ``health_check_interval`` seconds idle, a PING first, so that a connection a NAT or a
+        load balancer dropped without a word is replaced before the call is sent."""
+        interval = getattr(self.connection, "health_check_interval", 0)
+        if interval and time.monotonic() - self._used > interval:
+            try:
+                self.exchange(_packed("PING"))
+            except (redis.ConnectionError, redis.TimeoutError):
+                self.disconnect()
+                self.connect()
+
     def exchange(self, packed: bytes) -> Any:
         """Send one packed command and return its reply (raise it, when an error)."""
         reader, sock = self._reader, getattr(self.connection, "_sock", None)
@@ -374,7 +377,7 @@ class _Link:
                     if not data:
                         raise redis.ConnectionError("Connection closed by server.")
                     reader.feed(data)
-                elif not isinstance(reply, hiredis.PushNotification):
+                elif not isinstance(reply, _PUSH):
                     break
                 # A RESP3 push (a server's maintenance notice) is not the reply: such hints
                 # only speed up a reconnect, which a dropped connection makes anyway.
@@ -382,8 +385,11 @@ class _Link:
             raise redis.TimeoutError("Timeout reading from socket") from None
         except OSError as exc:
             raise redis.ConnectionError(f"Error while talking to Redis: {exc}") from None
-        if isinstance(reply, ResponseError):
+        # An error reply, as redis-py raises it: a ResponseError, or a ConnectionError for
+        # LOADING, NOAUTH and the like, which the caller's retry reconnects for.
+        if isinstance(reply, Exception):
             raise reply
+        self._used = time.monotonic()
         return reply
 
 
@@ -392,9 +398,15 @@ def _kernel_timeouts(sock: socket.socket | None) -> None:
     SO_SNDTIMEO (Linux) and make it blocking for Python: a Python socket with a timeout
     polls before every send and every recv, two system calls (about 4 µs) per round trip.
     A send or recv that times out now fails with EAGAIN (BlockingIOError), which
-    ``exchange`` raises as redis-py's TimeoutError. Sockets of other kinds (TLS), and other
-    systems, keep Python's timeout."""
-    if sock is None or type(sock) is not socket.socket or not sys.platform.startswith("linux"):
+    ``exchange`` raises as redis-py's TimeoutError. Sockets of other kinds (TLS, gevent's
+    or eventlet's, whose socket class may stand in for the stdlib's), and other systems,
+    keep Python's timeout."""
+    if (
+        sock is None
+        or not isinstance(sock, _socket.socket)  # (a green socket wraps one instead)
+        or type(sock).__module__ != "socket"
+        or not _KERNEL_TIMEVAL
+    ):
         return
     timeout = sock.gettimeout()
     if timeout is not None:
@@ -403,6 +415,14 @@ def _kernel_timeouts(sock: socket.socket | None) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, interval)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, interval)
     sock.settimeout(None)
+
+
+# SO_RCVTIMEO's struct timeval as two longs: so on 64-bit Linux (not on 32-bit systems
+# whose time_t is 64 bits).
+_KERNEL_TIMEVAL = sys.platform.startswith("linux") and struct.calcsize("l") == 8
+# RESP3 pushes as hiredis returns them (hiredis 3.2 and later; with an older hiredis a
+# RESP3 connection keeps redis-py's read path: see _reader_for).
+_PUSH: Any = getattr(hiredis, "PushNotification", None)
 
 
 def _packed(*command: Any) -> bytes:
@@ -420,16 +440,18 @@ def _reader_for(connection: AbstractConnection) -> hiredis.Reader | None:
     if (
         kind.read_response is not AbstractConnection.read_response
         or kind.send_packed_command is not AbstractConnection.send_packed_command
+        or (_PUSH is None and str(getattr(connection, "protocol", 2)) == "3")
     ):
         return None
     encoder = connection.encoder
     if encoder.decode_responses:
         return hiredis.Reader(
+            protocolError=InvalidResponse,
             replyError=BaseParser.parse_error,
             encoding=encoder.encoding,
             errors=encoder.encoding_errors,
         )
-    return hiredis.Reader(replyError=BaseParser.parse_error)
+    return hiredis.Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
 
 
 def _direct_connections() -> DirectConnections:
