@@ -219,7 +219,7 @@ def delayed_task(
         raise InvalidOption(f"batch must be an integer from 1 to {MAX_BATCH}, not {batch!r}")
 
     def wrap(function: Callable[..., Any]) -> DelayedTask:
-        if isinstance(function, Proxy):  # (Celery's own check looks for its exact class)
+        if isinstance(function, Proxy | Task):  # (Celery's check looks for its exact Proxy)
             raise TypeError(
                 "@delayed_task was applied to a task; apply it once, to the plain function, "
                 "instead of @shared_task or @app.task"

@@ -37,3 +37,8 @@ def test_the_task_is_the_current_apps_own_and_follows_a_change_of_app() -> None:
 def test_applying_it_to_a_task_is_refused() -> None:
     with pytest.raises(TypeError, match="apply it once, to the plain function"):
         delayed_task(jobs.record)
+
+
+def test_applying_it_to_a_task_object_is_refused() -> None:
+    with pytest.raises(TypeError, match="apply it once, to the plain function"):
+        delayed_task(getattr(jobs.record, "_get_current_object")())  # noqa: B009
