@@ -137,7 +137,11 @@ def _target(
     """The checked target of ``task`` with these options, remembered per task object and
     options until the settings change (a new ``config``): most calls repeat the last one."""
     try:
-        cache_key = (id(task), queue, max_attempts, visibility_timeout)
+        # The options' types too: True == 1 and hashes alike, but True is refused.
+        cache_key = (
+            id(task), queue, max_attempts, visibility_timeout,
+            type(max_attempts), type(visibility_timeout),
+        )  # fmt: skip
         found = _targets.get(cache_key)
     except TypeError:  # unhashable options: _check_target says what is wrong with them
         return _check_target(task, queue, max_attempts, visibility_timeout, config)

@@ -383,3 +383,18 @@ def test_a_broken_queue_key_does_not_make_the_celery_side_raise(
     r.delete(Q.inflight)
     r.rename("saved", Q.inflight)
     assert r.zscore(Q.inflight, job.id) == deadline
+
+
+def test_an_option_equal_to_a_valid_one_but_of_another_type_is_still_refused(
+    r: redis.Redis,
+) -> None:
+    """spec() remembers the checked options of a task's last calls: True equals 1 (and
+    hashes alike) but is no number of seconds or attempts."""
+    delayqueue.enqueue(jobs.record, ["x"], delay=1, visibility_timeout=1, on_commit=False)
+    delayqueue.enqueue(jobs.record, ["x"], delay=1, max_attempts=1, on_commit=False)
+    before = snapshot(r)
+    with pytest.raises(InvalidOption):
+        delayqueue.enqueue(jobs.record, ["x"], delay=1, visibility_timeout=True, on_commit=False)
+    with pytest.raises(InvalidOption):
+        delayqueue.enqueue(jobs.record, ["x"], delay=1, max_attempts=True, on_commit=False)
+    assert snapshot(r) == before
