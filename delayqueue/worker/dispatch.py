@@ -6,6 +6,7 @@ the broker refuses, the jobs not yet published go back to scheduled with a backo
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import threading
 from collections import Counter
@@ -144,6 +145,11 @@ class Dispatcher:
         (which waits for it), not the worker's start, heartbeats and claims."""
 
         def run() -> None:
+            # SIGTERM and SIGINT go to the main thread, which handles them: Linux hands a
+            # process's second pending signal to another thread, and a main thread done
+            # with a warm stop could exit before that thread made it known (no cold stop).
+            if hasattr(signal, "pthread_sigmask"):  # (POSIX)
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
             try:
                 self.warm_up()
             except Exception as exc:
