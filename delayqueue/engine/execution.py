@@ -444,14 +444,14 @@ def _reader_for(connection: AbstractConnection) -> hiredis.Reader | None:
     ):
         return None
     encoder = connection.encoder
-    if encoder.decode_responses:
-        return hiredis.Reader(
-            protocolError=InvalidResponse,
-            replyError=BaseParser.parse_error,
-            encoding=encoder.encoding,
-            errors=encoder.encoding_errors,
-        )
-    return hiredis.Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
+    decoding = (
+        {"encoding": encoder.encoding, "errors": encoder.encoding_errors}
+        if encoder.decode_responses
+        else {}
+    )
+    return hiredis.Reader(
+        protocolError=InvalidResponse, replyError=BaseParser.parse_error, **decoding
+    )
 
 
 def _direct_connections() -> DirectConnections:
