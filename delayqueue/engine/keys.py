@@ -170,6 +170,17 @@ class GlobalKeys:
         """hash: host, pid, queues, started of one worker; expires without heartbeats."""
         return f"{self.prefix}:worker:{worker_id}"
 
+    @property
+    def celery_sides(self) -> str:
+        """hash: Celery worker hostname -> JSON of what its delayqueue side runs (the wire
+        protocol, when it last said so): engine/presence.py."""
+        return f"{self.prefix}:celery"
+
+    @property
+    def unbatched(self) -> str:
+        """hash: task name -> JSON of why its jobs are no longer batched (engine/presence.py)."""
+        return f"{self.prefix}:unbatched"
+
 
 def queue_keys(queue: str) -> QueueKeys:
     return _queue_keys(get_settings().key_prefix, queue)
