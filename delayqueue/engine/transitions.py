@@ -299,13 +299,21 @@ def reap(keys: QueueKeys, *, limit: int, max_attempts: int) -> ScriptCall[Reaped
 
 
 def release(
-    keys: QueueKeys, job_id: str, *, token: str = "", delay_ms: int, give_back: bool, reason: str
+    keys: QueueKeys,
+    job_id: str,
+    *,
+    token: str = "",
+    delay_ms: int,
+    give_back: bool,
+    reason: str,
+    unless_begun: bool = False,
 ) -> ScriptCall[bool]:
-    """In flight -> scheduled without a failure of the task (``token`` "" for any)."""
+    """In flight -> scheduled without a failure of the task (``token`` "" for any;
+    ``unless_begun``: only while that dispatch has not begun)."""
     return ScriptCall(
         "release",
         [keys.job(job_id), keys.inflight, keys.scheduled],
-        [job_id, token, delay_ms, int(give_back), reason, keys.wake],
+        [job_id, token, delay_ms, int(give_back), reason, keys.wake, int(unless_begun)],
         lambda reply: int(reply) == 1,
     )
 

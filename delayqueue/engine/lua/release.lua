@@ -9,8 +9,10 @@
 -- ARGV[4] 1 to give the attempt back, 0 to count it
 -- ARGV[5] reason, kept in the job's history
 -- ARGV[6] wake channel
+-- ARGV[7] 1: only while this dispatch has not begun (a message the Celery side discarded),
+--         0 or absent: whether it began or not
 -- Returns 1 when released, 0 when the job was not in flight (or the token is stale, or its
--- key is not a hash: reap sends such a job to dead).
+-- key is not a hash: reap sends such a job to dead; or it began and ARGV[7] is 1).
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
@@ -24,8 +26,9 @@ if not delay or (ARGV[4] ~= '0' and ARGV[4] ~= '1') or now + delay > MAX_TIME_MS
 end
 local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset'})
 if bad then return bad end
-local f = hash_fields(KEYS[1], 'tok', 'att', 'hist')
+local f = hash_fields(KEYS[1], 'tok', 'att', 'hist', 'began')
 if not f or (ARGV[2] ~= '' and f[1] ~= ARGV[2]) then return 0 end
+if ARGV[7] == '1' and f[4] == f[1] then return 0 end
 if not redis.call('ZSCORE', KEYS[2], id) then return 0 end
 -- A corrupt att is left as it is (the next claim sends the job to dead, with it to see).
 local attempt = counter(f[2])
