@@ -382,6 +382,8 @@ class DelayWorker:
                 pipe.execute()
         except DelayQueueError as exc:
             logger.error("heartbeat failed: %s", exc)
+        # the hand-off forms' watch, also when no pass dispatches (worker/handoff.py)
+        self.dispatcher.maintain()
 
     def _refresh_queues(self) -> None:
         if self.fixed_queues is None:
