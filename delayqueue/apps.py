@@ -7,4 +7,7 @@ class DelayQueueConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from delayqueue import checks  # noqa: F401  (registers the system checks)
+        # The system checks; and delayqueue's own Celery tasks, in every Celery app of a
+        # Django project that installs delayqueue, autodiscovered or not (shared_task adds
+        # them to each app).
+        from delayqueue import checks, tasks  # noqa: F401

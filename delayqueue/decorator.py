@@ -10,7 +10,10 @@ from celery import Task, shared_task
 from celery._state import get_current_app
 from celery.local import Proxy
 
-from delayqueue import client
+# delayqueue's own Celery tasks (run_batch, run_task) go wherever a @delayed_task goes: a
+# Celery app that lists its task modules itself (include=[...]) and never autodiscovers
+# still runs every form the delay worker sends.
+from delayqueue import client, tasks  # noqa: F401
 from delayqueue.engine.keys import check_queue_name
 from delayqueue.engine.shards import declare
 from delayqueue.errors import InvalidOption

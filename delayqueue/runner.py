@@ -86,11 +86,15 @@ def dispatch_headers(request: Any) -> tuple[str, str, str] | None:
         name: getattr(request, name, None) for name in (HEADER_QUEUE, HEADER_ID, HEADER_TOKEN)
     }
     if not fields[HEADER_ID]:
-        headers = getattr(request, "headers", None) or {}
-        fields = {name: headers.get(name) for name in fields}
-    if not fields[HEADER_ID]:
-        return None
+        return dispatch_from_headers(getattr(request, "headers", None) or {})
     return str(fields[HEADER_QUEUE]), str(fields[HEADER_ID]), str(fields[HEADER_TOKEN])
+
+
+def dispatch_from_headers(headers: Any) -> tuple[str, str, str] | None:
+    """(queue, job id, token) from a message's headers, or None when they name no dispatch."""
+    if not isinstance(headers, dict) or not headers.get(HEADER_ID):
+        return None
+    return str(headers.get(HEADER_QUEUE)), str(headers[HEADER_ID]), str(headers.get(HEADER_TOKEN))
 
 
 def header_ms(request: Any, name: str) -> int | None:

@@ -1,25 +1,40 @@
-"""Celery tasks of delayqueue itself (found by Celery's autodiscover_tasks)."""
+"""delayqueue's own Celery tasks, and what a Celery worker does for delayqueue besides.
+
+Registered with every Celery app, whatever its set-up: this module is imported by
+``@delayed_task`` (delayqueue/decorator.py) and by the Django app's ``ready()``, and
+``shared_task`` adds its tasks to every app, made before or after. A Celery worker that runs
+them says so in Redis (engine/presence.py), so delay workers send the forms that need them
+(``run_batch``, ``run_task``) only where they run; a message of delayqueue's that a Celery
+worker cannot run (an unknown task) is settled at once instead of waiting to be reaped."""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from typing import Any
 
 from celery import Task, shared_task
-from celery.signals import worker_process_init
+from celery.signals import task_unknown, worker_process_init, worker_ready, worker_shutdown
 from django.db import close_old_connections
 
 from delayqueue import batches
-from delayqueue.engine.execution import warm_up
+from delayqueue.engine import presence, transitions
+from delayqueue.engine.execution import run, run_all, warm_up
+from delayqueue.engine.keys import queue_keys
+from delayqueue.errors import DelayQueueError
 from delayqueue.runner import (
     HEADER_CLAIMED,
     HEADER_ID,
     HEADER_QUEUE,
     HEADER_TOKEN,
+    dispatch_from_headers,
     dispatch_headers,
-    get_celery_app,
+    failure_call,
     header_ms,
     run_job,
+    utf8_safe,
+    valid_dispatch,
 )
 
 RUN_TASK = "delayqueue.run_task"
@@ -42,8 +57,13 @@ def _warm_up_pool_process(**kwargs: Any) -> None:
 def run_task(self: Task[Any, Any], name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """Run a job of a plain Celery task (one not made by @delayed_task) with delayqueue's
     bookkeeping: the fencing-token check, then ack or retry/dead."""
-    target = get_celery_app().tasks[name]
+    target = self.app.tasks.get(name)
     dispatch = dispatch_headers(self.request)
+    if target is None:
+        if dispatch is not None:
+            _fail_unknown(dispatch, name, str(self.request.hostname))
+        logger.error("job of task %r not run: no Celery task has this name here", name)
+        return None
     if dispatch is None:
         return target(*args, **kwargs)
     return run_job(target, args, kwargs, dispatch)
@@ -53,9 +73,12 @@ def run_task(self: Task[Any, Any], name: str, args: list[Any], kwargs: dict[str,
 def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -> int:
     """Run the jobs of a batched hand-off (delayqueue/batches.py) one after another, each
     with the task's own request context; how many succeeded."""
-    target = get_celery_app().tasks.get(task)
-    if target is None or not isinstance(entries, list) or not isinstance(queue, str):
-        logger.error("batch of %r on %r not run: no such task here, or not a batch", task, queue)
+    if not isinstance(entries, list) or not isinstance(queue, str) or not isinstance(task, str):
+        logger.error("batch of %r on %r not run: not a batch", task, queue)
+        return 0
+    target = self.app.tasks.get(task)
+    if target is None:
+        _unbatch_unknown(queue, task, entries, str(self.request.hostname))
         return 0
     request = self.request
 
@@ -88,3 +111,120 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
         backoff=getattr(target, "dq_backoff", None),
         visibility_timeout=getattr(target, "dq_visibility_timeout", None),
     )
+
+
+# ---- saying so: the Celery worker runs delayqueue's messages -------------------------------
+
+_stop_announcing = threading.Event()
+_announcer: threading.Thread | None = None
+
+
+@worker_ready.connect
+def _announce_while_running(sender: Any = None, **kwargs: Any) -> None:
+    """From the Celery worker's main process once it consumes: say that this worker runs
+    delayqueue's messages, again every ANNOUNCE_EVERY_SECONDS while it runs."""
+    global _announcer
+    if _announcer is not None and _announcer.is_alive():
+        return
+    hostname = str(getattr(sender, "hostname", None) or f"celery@{os.uname().nodename}")
+    _stop_announcing.clear()
+
+    def announce_every() -> None:
+        quiet = False
+        while not _stop_announcing.is_set():
+            try:
+                presence.announce(hostname, os.getpid())
+                quiet = False
+            except Exception as exc:  # Redis down: said once, tried again
+                if not quiet:
+                    logger.warning("delayqueue: cannot announce this Celery worker (%s)", exc)
+                quiet = True
+            _stop_announcing.wait(presence.ANNOUNCE_EVERY_SECONDS)
+
+    _announcer = threading.Thread(target=announce_every, name="delayqueue-announce", daemon=True)
+    _announcer.start()
+    logger.info("delayqueue: Celery worker %s runs delayqueue's messages", hostname)
+
+
+@worker_shutdown.connect
+def _withdraw(sender: Any = None, **kwargs: Any) -> None:
+    if _announcer is None:
+        return
+    _stop_announcing.set()
+    hostname = str(getattr(sender, "hostname", None) or "")
+    if hostname:
+        try:
+            presence.withdraw(hostname)
+        except Exception:  # Redis down: the announcement grows stale on its own
+            pass
+
+
+# ---- a message of delayqueue's this Celery worker cannot run ------------------------------
+
+
+@task_unknown.connect
+def _settle_unknown(
+    sender: Any = None, message: Any = None, name: str | None = None, **kwargs: Any
+) -> None:
+    """Celery discards a message of a task it does not know. When it is a dispatch of a
+    delayqueue job, say so now rather than let the job wait in flight to be reaped: a single
+    job's attempt fails (retried with backoff, dead at its last attempt, with the reason); a
+    batch's jobs go back to be sent one to a message."""
+    hostname = str(getattr(sender, "hostname", None) or "a Celery worker")
+    headers = getattr(message, "headers", None) or {}
+    try:
+        if name == RUN_BATCH:
+            queue, task, entries = _body_args(message)[:3]
+            _unbatch_unknown(queue, task, entries, hostname)
+            return
+        dispatch = dispatch_from_headers(headers)
+        if dispatch is not None:
+            _fail_unknown(dispatch, str(name), hostname)
+    except Exception:  # never take the Celery worker's consumer down
+        logger.exception("delayqueue: could not settle the discarded message of %r", name)
+
+
+def _body_args(message: Any) -> list[Any]:
+    body = message.decode()  # (JSON: kombu's decoder; nothing is unpickled)
+    args = body[0] if isinstance(body, list | tuple) else body.get("args")
+    return list(args) if isinstance(args, list | tuple) else []
+
+
+def _fail_unknown(dispatch: tuple[str, str, str], task: str, hostname: str) -> None:
+    queue, job_id, token = dispatch
+    if not valid_dispatch(queue, job_id, token):
+        return
+    error = LookupError(
+        f"the Celery worker {hostname} has no task named {task!r}: import its module in the "
+        "Celery app (include=[...] or autodiscover_tasks()), or give the task an explicit "
+        "name= that is the same in every process"
+    )
+    call, reason = failure_call(queue_keys(queue), job_id, token, 1, error, None)
+    outcome = run(call, strict=False)
+    logger.error("job %s on %s: %s (%s)", job_id, queue, reason, outcome)
+
+
+def _unbatch_unknown(queue: Any, task: Any, entries: Any, hostname: str) -> None:
+    """A batch this worker cannot run: the task's jobs stop being batched, and the batch's
+    jobs go back to scheduled now, to be sent one to a message."""
+    if not (isinstance(queue, str) and isinstance(task, str) and isinstance(entries, list)):
+        return
+    jobs = [job for job in map(batches.BatchJob.parse, entries) if job is not None]
+    jobs = [job for job in jobs if valid_dispatch(queue, job.id, job.token)]
+    reason = utf8_safe(
+        f"the Celery worker {hostname} discarded a batch of {len(jobs)} jobs "
+        f"(it does not know task {task!r} or delayqueue.run_batch)"
+    )
+    try:
+        if presence.fall_back(task, "single", reason, hostname):
+            logger.error("delayqueue: %s; its jobs are sent one to a message from now on", reason)
+        keys = queue_keys(queue)
+        releases = [
+            transitions.release(
+                keys, job.id, token=job.token, delay_ms=0, give_back=True, reason=reason
+            )
+            for job in jobs
+        ]
+        run_all(releases, strict=False)
+    except DelayQueueError as exc:
+        logger.error("delayqueue: %s; could not send its jobs back (%s)", reason, exc)

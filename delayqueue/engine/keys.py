@@ -177,9 +177,10 @@ class GlobalKeys:
         return f"{self.prefix}:celery"
 
     @property
-    def unbatched(self) -> str:
-        """hash: task name -> JSON of why its jobs are no longer batched (engine/presence.py)."""
-        return f"{self.prefix}:unbatched"
+    def fallbacks(self) -> str:
+        """hash: task name -> JSON of the simpler form its jobs are handed to Celery in, and
+        why (a message of the usual form was discarded): engine/presence.py."""
+        return f"{self.prefix}:fallbacks"
 
 
 def queue_keys(queue: str) -> QueueKeys:

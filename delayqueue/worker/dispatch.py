@@ -6,7 +6,9 @@ the broker refuses, the jobs not yet published go back to scheduled with a backo
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
 from collections import Counter
@@ -35,6 +37,7 @@ from delayqueue.runner import (
 )
 from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.tasks import RUN_TASK
+from delayqueue.worker.handoff import HandoffWatch
 from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
 
 logger = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class Send:
 
     jobs: list[Claimed]
     message: TaskMessage
+    ack_on_publish: bool = False  # a plain task's job sent as itself (no Celery side for it)
 
 
 AUTO_BATCH_FROM = 64  # jobs of one task in one pass before an automatic batch is made
@@ -74,9 +78,13 @@ AUTO_BATCH_SPLIT = 4  # least messages a pass's jobs of one task are spread over
 BACKLOG_FROM = 4  # messages found waiting on the broker's list that make every pass batch
 
 
-def batch_size(target: Task[Any, Any], claimed: int, waiting: int = 0) -> int:
+def batch_size(
+    target: Task[Any, Any], claimed: int, waiting: int = 0, may_batch: bool = True
+) -> int:
     """Jobs per message for ``target``, of which ``claimed`` were claimed in this pass, with
-    ``waiting`` messages found on the broker's list at the last publish.
+    ``waiting`` messages found on the broker's list at the last publish. ``may_batch``:
+    False where the task's batches were found discarded (worker/handoff.py) or a Celery
+    worker of another delayqueue version runs: one job to a message, whatever the task says.
 
     ``@delayed_task(batch=N)``: N (1: never batched). Left unset ("auto"), batches under a
     backlog, never when the task sets a Celery time or rate limit (a batch could not honour
@@ -88,7 +96,7 @@ def batch_size(target: Task[Any, Any], claimed: int, waiting: int = 0) -> int:
       Celery workers, which take their prefetch off the list, are behind though each pass
       claims few jobs): the pass's jobs of the task in one message.
     Measured in docs/design.md, "Batched hand-off"."""
-    if not isinstance(target, DelayedTask):
+    if not isinstance(target, DelayedTask) or not may_batch:
         return 1
     if target.dq_batch is not None:
         return target.dq_batch
@@ -119,9 +127,10 @@ def _has_limits(target: Task[Any, Any]) -> bool:
 class Dispatcher:
     """Publishes claimed jobs with the app's publisher (see publishers.py) and counts them."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, worker_id: str | None = None) -> None:
         self.app = app
         self.publisher = publisher_for(app)
+        self.watch = HandoffWatch(worker_id or f"{socket.gethostname()}:{os.getpid()}")
         self.dispatched = 0
         self.outage_backoff = 0.0  # seconds the jobs of a refused dispatch wait; doubles
         self._publishing = threading.Lock()  # the publisher is used by one thread at a time
@@ -163,6 +172,8 @@ class Dispatcher:
         """Hand claimed jobs to Celery. Jobs that can never run go to dead; when the broker
         refuses, the jobs not yet published go back to scheduled with a backoff. Jobs of a
         task that takes batches (``batch_size``) go several to a message."""
+        self.maintain()
+        handoff = self.watch.handoff
         sends: list[Send] = []
         batches: dict[tuple[str, str], list[tuple[Claimed, list[Any], dict[str, Any]]]] = {}
         counts = Counter(job.task for job in jobs)
@@ -173,14 +184,16 @@ class Dispatcher:
                 size = sizes.get(job.task)
                 if size is None:
                     waiting = self.publisher.waiting
-                    size = sizes[job.task] = batch_size(target, counts[job.task], waiting)
+                    may_batch = handoff.may_batch(job.task)
+                    size = batch_size(target, counts[job.task], waiting, may_batch)
+                    sizes[job.task] = size
                 if size > 1:
                     pending = batches.setdefault((job.queue, job.task), [])
                     pending.append((job, args, kwargs))
                     if len(pending) >= size:
                         sends.append(self._batch(batches.pop((job.queue, job.task))))
                     continue
-                sends.append(Send([job], self._message(job, args, kwargs, target)))
+                sends.append(self._single(job, args, kwargs, target))
             except Exception as exc:  # whatever one job's data does, it is that job's problem
                 _bury_unsendable(job, exc)
         sends += [self._batch(pending) for pending in batches.values()]
@@ -194,17 +207,34 @@ class Dispatcher:
             raise CorruptJob(f"unknown task {job.task!r}: no Celery task has this name")
         return args, kwargs, target
 
-    def _message(
+    def maintain(self) -> None:
+        """Read the hand-off fallbacks when due, and look at the watched dispatches
+        (worker/handoff.py): from each pass that dispatches, and from the worker's
+        heartbeat."""
+        self.watch.current()
+
+        def backlog() -> int | None:
+            with self._publishing:
+                return self.publisher.backlog()
+
+        self.watch.check(backlog)
+
+    def _single(
         self, job: Claimed, args: list[Any], kwargs: dict[str, Any], target: Task[Any, Any]
-    ) -> TaskMessage:
+    ) -> Send:
+        """One job's message: a @delayed_task's own, or a plain task's through run_task (as
+        the task's own message, acked once published, where run_task was found discarded)."""
         headers = {HEADER_QUEUE: job.queue, HEADER_ID: job.id, HEADER_TOKEN: job.token}
         if job.claimed_ms is not None:
             headers[HEADER_CLAIMED] = str(job.claimed_ms)
         if job.due_ms is not None:
             headers[HEADER_DUE] = str(job.due_ms)
         if isinstance(target, DelayedTask):
-            return TaskMessage(job.task, args, kwargs, headers, job.task)
-        return TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
+            return Send([job], TaskMessage(job.task, args, kwargs, headers, job.task))
+        if not self.watch.handoff.may_run_task(job.task):
+            return Send([job], TaskMessage(job.task, args, kwargs, {}, job.task), True)
+        message = TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
+        return Send([job], message)
 
     @staticmethod
     def _batch(pending: list[tuple[Claimed, list[Any], dict[str, Any]]]) -> Send:
@@ -232,9 +262,7 @@ class Dispatcher:
             with self._publishing:
                 self.publisher.publish([send.message for send in sends])
         except PublishError as exc:
-            went = [job for send in sends[: exc.published] for job in send.jobs]
-            self.dispatched += len(went)
-            _dispatched(went)
+            self._published(sends[: exc.published])
             self._broker_outage(
                 [job for send in sends[exc.published :] for job in send.jobs], exc.cause
             )
@@ -252,11 +280,23 @@ class Dispatcher:
                     self._broker_outage(rest, RuntimeError("broker unavailable"))
                     return False
             return True
+        self.outage_backoff = 0.0
+        self._published(sends)
+        return True
+
+    def _published(self, sends: list[Send]) -> None:
         went = [job for send in sends for job in send.jobs]
         self.dispatched += len(went)
-        self.outage_backoff = 0.0
         _dispatched(went)
-        return True
+        for send in sends:
+            first = send.jobs[0]
+            jobs = [(job.id, job.token) for job in send.jobs]
+            self.watch.sent(send.message.name, first.task, first.queue, jobs)
+        handed_over = [job for send in sends if send.ack_on_publish for job in send.jobs]
+        if handed_over:
+            # Run by a Celery worker without delayqueue's side: nothing would ack them.
+            acks = [transitions.ack(queue_keys(j.queue), j.id, j.token) for j in handed_over]
+            run_all(acks, strict=False)
 
     def _singles(self, send: Send) -> list[Send]:
         """``send`` as messages of one job each (a batch's jobs as their own messages)."""
@@ -266,7 +306,7 @@ class Dispatcher:
         for job in send.jobs:
             try:
                 args, kwargs, target = self._decode(job)
-                singles.append(Send([job], self._message(job, args, kwargs, target)))
+                singles.append(self._single(job, args, kwargs, target))
             except Exception as exc:
                 _bury_unsendable(job, exc)
         return singles

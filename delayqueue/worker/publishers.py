@@ -74,6 +74,11 @@ class Publisher(Protocol):
     def publish(self, messages: list[TaskMessage]) -> None:
         """Publish in order; raise PublishError saying how many went out."""
 
+    def backlog(self) -> int | None:
+        """Messages waiting on the broker now, on the queues this publisher published to
+        (taken by no Celery worker yet); None when the broker cannot say."""
+        ...
+
     def close(self) -> None:
         """Let go of any connection of its own."""
 
@@ -86,6 +91,9 @@ class SendTaskPublisher:
     """Celery's ``send_task`` on one pooled producer: any broker."""
 
     waiting = 0  # send_task does not say
+
+    def backlog(self) -> int | None:
+        return None
 
     def __init__(self, app: Celery) -> None:
         self.app = app
@@ -147,6 +155,7 @@ class RedisListPublisher:
         self._channel: Any = None  # kombu.transport.redis.Channel
         self._client: redis.Redis | None = None
         self._declared: set[str] = set()
+        self._lists: set[str] = set()  # the broker's lists published to
         self.waiting = 0
 
     @staticmethod
@@ -196,6 +205,7 @@ class RedisListPublisher:
             pipe = client.pipeline(transaction=len(pushes) > 1)
             for key, payloads in pushes:
                 pipe.lpush(key, *payloads)
+                self._lists.add(key)
             replies = pipe.execute(raise_on_error=False)
         except (redis.RedisError, OperationalError, OSError) as exc:
             self._disconnect()
@@ -214,6 +224,19 @@ class RedisListPublisher:
         self.waiting = max(
             int(reply) - len(payloads) for (_, payloads), reply in zip(pushes, replies, strict=True)
         )
+
+    def backlog(self) -> int | None:
+        lists = sorted(self._lists)
+        if not lists:
+            return 0
+        try:
+            pipe = self._connect().pipeline(transaction=False)
+            for key in lists:
+                pipe.llen(key)
+            return sum(int(n) for n in pipe.execute())
+        except (redis.RedisError, OperationalError, OSError):
+            self._disconnect()
+            return None
 
     # ---- the message -----------------------------------------------------------------
 

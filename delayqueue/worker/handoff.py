@@ -1,0 +1,184 @@
+"""The forms a delay worker hands jobs to Celery in, and the watch that notices a form the
+Celery workers do not run.
+
+``delayqueue.run_batch`` and ``delayqueue.run_task`` run only where delayqueue's own Celery
+tasks are registered (delayqueue/tasks.py). Where a Celery worker discards them ("Received
+unregistered task"), the jobs would sit in flight until reaped, a visibility timeout later,
+and be sent the same way again. So the first messages of each of these forms, per task, are
+watched until one of them begins: one that has not begun START_CHECK_SECONDS after it was
+published, while nothing waits on the broker's lists (the Celery workers took it and did
+not start it), was discarded. Then the task falls back to a simpler form
+(engine/presence.py: its batches become single messages, a plain task's run_task becomes
+the task's own message), every delay worker is told through Redis, it is said once, and
+the watched jobs go back to scheduled at once to be sent again in that form.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from delayqueue.batches import RUN_BATCH
+from delayqueue.engine import presence, transitions
+from delayqueue.engine.execution import run_all
+from delayqueue.engine.keys import queue_keys
+from delayqueue.errors import DelayQueueError
+from delayqueue.tasks import RUN_TASK
+
+logger = logging.getLogger("delayqueue.worker")
+
+START_CHECK_SECONDS = 10.0  # a watched message not begun this long after its publish ...
+BLIND_CHECK_SECONDS = 60.0  # ... or this long, where the broker cannot say what waits
+RECHECK_SECONDS = 600.0  # a form seen running is watched again after this long
+REFRESH_SECONDS = 5.0  # how often the fallbacks every delay worker shares are read
+MAX_WATCHED_JOBS = 10_000  # per form and task; later messages are left to the reaper
+
+# The watched forms, each with the form its task falls back to.
+FALLBACK: dict[str, presence.Form] = {RUN_BATCH: "single", RUN_TASK: "plain"}
+
+
+@dataclass
+class _Sent:
+    at: float  # time.monotonic() of its publish
+    queue: str
+    jobs: list[tuple[str, str]]  # (id, token)
+
+
+@dataclass
+class _Watch:
+    sent: list[_Sent] = field(default_factory=list)
+    jobs: int = 0
+
+
+class HandoffWatch:
+    """The current fallbacks, and the messages of the watched forms not yet seen to run."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.handoff = presence.Handoff()
+        self._read_at = -math.inf
+        self._watching: dict[tuple[str, str], _Watch] = {}  # (form, task) -> messages
+        self._seen_running: dict[tuple[str, str], float] = {}  # (form, task) -> monotonic
+        self._said: set[tuple[str, str]] = set()
+
+    def current(self) -> presence.Handoff:
+        """The fallbacks and Celery sides, read again every REFRESH_SECONDS."""
+        now = time.monotonic()
+        if now - self._read_at >= REFRESH_SECONDS:
+            self._read_at = now
+            try:
+                self.handoff = presence.read_handoff()
+            except DelayQueueError as exc:  # Redis down: the last ones known hold
+                logger.debug("cannot read the hand-off fallbacks: %s", exc)
+            self._say_fallbacks()
+        return self.handoff
+
+    def _say_fallbacks(self) -> None:
+        for task, fallback in self.handoff.fallbacks.items():
+            if (task, fallback.form) not in self._said:
+                self._said.add((task, fallback.form))
+                logger.warning(
+                    "jobs of %s are handed to Celery %s: %s",
+                    task,
+                    "one to a message"
+                    if fallback.form == "single"
+                    else "as the task's own message, acked when published (no retries, no "
+                    "dead letters)",
+                    fallback.reason,
+                )
+        for side in self.handoff.other_protocols:
+            key = (side.hostname, f"protocol {side.protocol}")
+            if key not in self._said:
+                self._said.add(key)
+                logger.warning(
+                    "Celery worker %s runs delayqueue's wire protocol %s, not %s (another "
+                    "delayqueue version): no batches are sent while it runs",
+                    side.hostname,
+                    side.protocol,
+                    presence.WIRE_PROTOCOL,
+                )
+
+    def sent(self, form: str, task: str, queue: str, jobs: list[tuple[str, str]]) -> None:
+        """A message of a watched form was published."""
+        if form not in FALLBACK:
+            return
+        key = (form, task)
+        now = time.monotonic()
+        if now - self._seen_running.get(key, -math.inf) < RECHECK_SECONDS:
+            return
+        watch = self._watching.setdefault(key, _Watch())
+        if watch.jobs >= MAX_WATCHED_JOBS:
+            return
+        watch.sent.append(_Sent(now, queue, jobs))
+        watch.jobs += len(jobs)
+
+    def check(self, backlog: Callable[[], int | None]) -> None:
+        """Look at the oldest watched message of each form and task that is due for a look;
+        fall back where one was discarded. ``backlog()``: messages waiting on the broker."""
+        now = time.monotonic()
+        due = [
+            (key, watch.sent[0])
+            for key, watch in self._watching.items()
+            if watch.sent and now - watch.sent[0].at >= START_CHECK_SECONDS
+        ]
+        if not due:
+            return
+        try:
+            begun = presence.dispatches_begun([(sent.queue, *sent.jobs[0]) for _, sent in due])
+        except DelayQueueError as exc:
+            logger.debug("cannot look at the watched dispatches: %s", exc)
+            return
+        waiting: int | None | bool = False  # (False: not asked yet)
+        for (key, sent), state in zip(due, begun, strict=True):
+            watch = self._watching[key]
+            if state is True:  # the form runs there
+                self._seen_running[key] = now
+                del self._watching[key]
+                continue
+            if state is None:  # that job moved on; look at the next message later
+                watch.sent.pop(0)
+                watch.jobs -= len(sent.jobs)
+                if not watch.sent:
+                    del self._watching[key]
+                continue
+            if waiting is False:
+                waiting = backlog()
+            if waiting is None and now - sent.at < BLIND_CHECK_SECONDS:
+                continue
+            if waiting:  # still waiting behind others on the broker
+                continue
+            self._fall_back(key, now - sent.at)
+
+    def _fall_back(self, key: tuple[str, str], age: float) -> None:
+        form, task = key
+        watch = self._watching.pop(key)
+        reason = (
+            f"a {form} message published {age:.0f} s ago was taken off the broker and not "
+            f"started (the Celery worker does not run {form}: import delayqueue's tasks in "
+            "the Celery app, e.g. add 'delayqueue' to INSTALLED_APPS with the Django fixup, "
+            "or import delayqueue.tasks in the app's module)"
+        )
+        try:
+            presence.fall_back(task, FALLBACK[form], reason, self.worker_id)
+            releases = [
+                transitions.release(
+                    queue_keys(sent.queue),
+                    job_id,
+                    token=token,
+                    delay_ms=0,
+                    give_back=True,
+                    reason=f"sent again: {reason}"[:500],
+                    unless_begun=True,
+                )
+                for sent in watch.sent
+                for job_id, token in sent.jobs
+            ]
+            run_all(releases, strict=False)
+        except DelayQueueError as exc:
+            logger.error("%s; could not note it or send its jobs again (%s)", reason, exc)
+            return
+        self._read_at = -math.inf  # read the fallback back, and say it
+        self.current()

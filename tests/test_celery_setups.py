@@ -1,0 +1,194 @@
+"""Every job runs, on any Celery set-up: apps that list their task modules themselves, import
+them, import them under another name, or share a project with another app; each with the
+real prefork worker (Celery's default, two processes) and a burst large enough for the
+batched hand-off."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+
+import delayqueue
+from delayqueue.engine.keys import global_keys, queue_keys
+from delayqueue.worker.handoff import START_CHECK_SECONDS
+from tests.conftest import wait_for
+from tests.processes import Process, child_env
+from tests.setups import burst_tasks
+
+Q = queue_keys("setups")
+BURST = 1_000  # far past the batched hand-off's threshold (64 due at once)
+
+
+def _broker_url() -> str:
+    """A broker database of the set-up tests' own: the session's Celery worker never sees it."""
+    return str(settings.CELERY_BROKER_URL).rsplit("/", 1)[0] + "/3"
+
+
+class SetUp:
+    """A Celery worker and a delay worker, both on the Celery app ``app_path``."""
+
+    def __init__(self, app_path: str, tmp_path: Path, **extra: str) -> None:
+        with redis.Redis.from_url(_broker_url()) as broker:
+            broker.delete("celery")
+        env = child_env(
+            DJANGO_SETTINGS_MODULE="tests.setups.settings",
+            DQ_TEST_CELERY_APP=app_path,
+            CELERY_BROKER_URL=_broker_url(),
+            DQ_TEST_BROKER_URL=_broker_url(),
+        )
+        celery_env = {**env, **extra}
+        module = app_path.partition(":")[0]
+        attribute = app_path.partition(":")[2] or "app"
+        self.celery = Process(
+            "celery",
+            [sys.executable, "-m", "celery", "-A", f"{module}:{attribute}", "worker",
+             "-l", "info", "-c", "2", "--without-gossip", "--without-mingle"],
+            tmp_path / "celery.log",
+            {name: value for name, value in celery_env.items() if value},
+        )  # fmt: skip
+        wait_for(lambda: "ready." in self.celery.output() or not self.celery.alive(), 60)
+        assert self.celery.alive(), self.celery.output()
+        self.delay = Process(
+            "delay worker",
+            [sys.executable, "manage.py", "run_delay_worker", "-v", "2", "--queues", "setups"],
+            tmp_path / "delay.log",
+            env,
+        )
+        wait_for(lambda: "starting" in self.delay.output() or not self.delay.alive(), 30)
+        assert self.delay.alive(), self.delay.output()
+
+    def logs(self) -> str:
+        celery, delay = self.celery.output()[-6000:], self.delay.output()[-4000:]
+        return f"--- celery\n{celery}\n--- delay\n{delay}"
+
+    def stop(self) -> None:
+        self.delay.stop()
+        self.celery.stop()
+
+
+@pytest.fixture
+def set_up(tmp_path: Path) -> Iterator[Any]:
+    made: list[SetUp] = []
+
+    def start(app_path: str, **extra: str) -> SetUp:
+        made.append(SetUp(app_path, tmp_path, **extra))
+        return made[-1]
+
+    yield start
+    for each in made:
+        each.stop()
+
+
+def _ran(r: redis.Redis) -> Counter[str]:
+    return Counter(str(tag) for tag in r.lrange(burst_tasks.RAN, 0, -1))
+
+
+def _every_job_ran_once(
+    r: redis.Redis, setup: SetUp, tags: list[str], unregistered_ok: bool = False
+) -> None:
+    try:
+        wait_for(lambda: sum(_ran(r).values()) >= len(tags), 90, 0.2)
+        wait_for(lambda: r.zcard(Q.inflight) == 0 and r.zcard(Q.scheduled) == 0, 30, 0.2)
+    except AssertionError:
+        raise AssertionError(
+            f"{sum(_ran(r).values())} of {len(tags)} ran; "
+            f"in flight {r.zcard(Q.inflight)}, dead {r.zcard(Q.dead)}\n{setup.logs()}"
+        ) from None
+    ran = _ran(r)
+    assert set(ran) == set(tags), setup.logs()
+    assert max(ran.values()) == 1, [tag for tag, n in ran.items() if n > 1][:5]
+    assert r.zcard(Q.dead) == 0
+    if not unregistered_ok:
+        assert "unregistered task" not in setup.celery.output()
+
+
+SET_UPS = [
+    "tests.setups.include_app:app",  # Celery(include=[...])
+    "tests.setups.importing_app:app",  # the app's module imports its tasks
+    "tests.setups.two_apps:second",  # two apps in one project
+    "orders_demo.celery:app",  # the Django project template: autodiscover_tasks()
+]
+
+
+@pytest.mark.parametrize("app_path", SET_UPS, ids=lambda path: path.split(".")[-1])
+def test_a_burst_of_delayed_task_jobs_runs_every_job_once(
+    r: redis.Redis, set_up: Any, app_path: str
+) -> None:
+    setup = set_up(app_path)
+    tags = [f"job-{i}" for i in range(BURST)]
+    burst_tasks.burst.delay_many([(tag,) for tag in tags], seconds=1, on_commit=False)
+    _every_job_ran_once(r, setup, tags)
+    assert "dispatched" in setup.delay.output()
+
+
+def test_a_task_imported_under_another_name_runs_by_its_explicit_name(
+    r: redis.Redis, set_up: Any
+) -> None:
+    setup = set_up("tests.setups.renamed_app:app")
+    tags = [f"named-{i}" for i in range(BURST)]
+    burst_tasks.named_burst.delay_many([(tag,) for tag in tags], seconds=1, on_commit=False)
+    _every_job_ran_once(r, setup, tags)
+
+
+@pytest.mark.parametrize("app_path", SET_UPS[:2], ids=lambda path: path.split(".")[-1])
+def test_a_burst_of_plain_celery_task_jobs_runs_every_job_once(
+    r: redis.Redis, set_up: Any, app_path: str
+) -> None:
+    setup = set_up(app_path)
+    tags = [f"plain-{i}" for i in range(300)]
+    specs = [delayqueue.spec("setups.plain", [tag], queue="setups", delay=1) for tag in tags]
+    delayqueue.delay_many(specs, on_commit=False)
+    _every_job_ran_once(r, setup, tags)
+
+
+def _fallback(r: redis.Redis, task: str) -> dict[str, Any] | None:
+    raw = r.hget(global_keys().fallbacks, task)
+    return None if raw is None else dict(json.loads(raw))
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["side-settles", "delay-worker-notices"])
+def test_batches_a_celery_worker_discards_fall_back_to_single_messages(
+    r: redis.Redis, set_up: Any, silent: bool
+) -> None:
+    """A Celery side that cannot run delayqueue.run_batch (a version before it): the task's
+    jobs go one to a message from the first discarded batch on, noticed by the Celery side
+    at once, or (a side that says nothing) by the delay worker's watch within seconds, not
+    after a visibility timeout; every job runs once."""
+    setup = set_up("tests.setups.old_side_app:app", DQ_TEST_SILENT_SIDE=str(int(silent)))
+    tags = [f"job-{i}" for i in range(300)]
+    started = time.monotonic()
+    burst_tasks.burst.delay_many([(tag,) for tag in tags], seconds=1, on_commit=False)
+    _every_job_ran_once(r, setup, tags, unregistered_ok=True)
+    took = time.monotonic() - started
+    assert took < START_CHECK_SECONDS + 20 if silent else took < 10, took
+    fallback = _fallback(r, burst_tasks.burst.name)
+    assert fallback is not None and fallback["form"] == "single", fallback
+    assert "run_batch" in fallback["reason"]
+    said = setup.delay.output().count("jobs of tests.setups.burst_tasks.burst are handed")
+    assert said == 1, setup.logs()  # said once
+    if not silent:  # the side that discarded it said so itself
+        assert fallback["by"].startswith("celery@"), fallback
+
+
+def test_plain_task_jobs_a_celery_worker_without_delayqueue_discards_run_as_the_task(
+    r: redis.Redis, set_up: Any
+) -> None:
+    """A service's Celery worker without delayqueue (no Django, no import): run_task is
+    discarded there, so the plain task's jobs are sent as the task itself and acked when
+    published: each runs once."""
+    setup = set_up("tests.setups.bare_app:app", DJANGO_SETTINGS_MODULE="")
+    tags = [f"plain-{i}" for i in range(100)]
+    specs = [delayqueue.spec("setups.plain", [tag], queue="setups", delay=1) for tag in tags]
+    delayqueue.delay_many(specs, on_commit=False)
+    _every_job_ran_once(r, setup, tags, unregistered_ok=True)
+    fallback = _fallback(r, "setups.plain")
+    assert fallback is not None and fallback["form"] == "plain", fallback
