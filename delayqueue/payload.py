@@ -58,6 +58,13 @@ def _check(value: Any, path: str) -> None:
                 "itself); pass flatter data, or store it elsewhere and pass its id"
             )
         if isinstance(item, dict):
+            if len(item) == 2 and "__type__" in item and "__value__" in item:
+                raise NotSerializable(
+                    f"{where} is a dict of exactly the keys '__type__' and '__value__', the "
+                    "envelope in which kombu's JSON carries other types: the Celery worker "
+                    "would turn it into another value (b'...', a Decimal) or drop the message; "
+                    "rename a key or add another"
+                )
             for key, child in item.items():
                 if not isinstance(key, str):
                     raise NotSerializable(
