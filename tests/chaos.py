@@ -40,7 +40,7 @@ from pathlib import Path
 
 import redis
 
-from tests.processes import ROOT, child_env
+from tests.processes import ROOT, child_env, default_signals
 from tests.redis_server import RedisServer
 
 QUEUE = "chaos"
@@ -69,6 +69,7 @@ class Child:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=default_signals,
             )
         return self
 

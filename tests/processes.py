@@ -11,6 +11,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def default_signals() -> None:
+    """In a child, before it runs its program (``preexec_fn``): SIGINT as a terminal's Ctrl-C
+    delivers it. A test run started as a shell script's background job, or under nohup,
+    inherits SIGINT ignored, and a Python child started so never turns it into
+    KeyboardInterrupt: tests that send it would wait for a child that cannot hear it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT)
@@ -26,7 +34,12 @@ class Process:
         self.log = log
         self.handle = log.open("wb")
         self.popen = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self.handle, stderr=subprocess.STDOUT
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+            preexec_fn=default_signals,
         )
 
     @property

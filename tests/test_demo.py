@@ -28,7 +28,7 @@ import delayqueue
 from orders_demo.models import Order, Product
 from orders_demo.views import close_job_key
 from tests.conftest import wait_for
-from tests.processes import ROOT
+from tests.processes import ROOT, Process, default_signals
 from tests.redis_server import RedisServer, free_port
 
 
@@ -57,6 +57,7 @@ def start_demo(tmp_path: Path, env: dict[str, str], *options: str) -> subprocess
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=default_signals,  # (the tests stop it with Ctrl-C's SIGINT)
         )
 
 
@@ -270,6 +271,7 @@ def test_stopped_test_run_leaves_no_redis_server_and_no_folder(
             [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
              "--rootdir", str(ROOT), "-p", "no:cacheprovider", "-q", str(tiny)],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=default_signals,
         )  # fmt: skip
     try:
         wait_for(lambda: marker.exists() or run.poll() is not None, 60, 0.05)
@@ -295,3 +297,23 @@ def test_stopped_test_run_leaves_no_redis_server_and_no_folder(
         server.ping()
     if sig != signal.SIGKILL:
         assert not list(temp_dir.glob("dq-*")), output
+
+
+def test_children_hear_ctrl_c_when_the_test_run_was_started_with_it_ignored(
+    tmp_path: Path,
+) -> None:
+    """A shell script's background job (``cmd &``) or nohup starts the test run with SIGINT
+    ignored, which its children would inherit: the tests that stop a child with SIGINT start
+    it with SIGINT's default disposition."""
+    probe = "import signal, time; print(signal.getsignal(2), flush=True); time.sleep(30)"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child = Process("probe", [sys.executable, "-c", probe], tmp_path / "probe.log", {})
+    finally:
+        signal.signal(signal.SIGINT, before)
+    try:
+        wait_for(lambda: child.output().strip(), 10)
+        assert "default_int_handler" in child.output()
+        assert child.stop(signal.SIGINT, timeout=10) == -signal.SIGINT  # not ignored
+    finally:
+        child.stop(signal.SIGKILL)
