@@ -301,3 +301,49 @@ def check_sentinel_settings_used(app_configs: Any = None, **kwargs: Any) -> list
             id="delayqueue.W003",
         )
     ]
+
+
+@register()
+def check_celery_app(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The Celery app delayqueue dispatches with can run delayqueue's messages: it can be
+    imported, accepts JSON, and has delayqueue's own tasks (run_task, run_batch)."""
+    from delayqueue import tasks
+    from delayqueue.runner import get_celery_app
+
+    try:
+        app = get_celery_app()
+    except Exception as exc:
+        return [
+            Error(
+                f"The Celery app delayqueue dispatches with cannot be imported: {exc}",
+                hint="DELAYQUEUE['CELERY_APP'] is 'module:attribute' of your Celery app "
+                "(e.g. 'proj.celery:app'), or leave it unset to use the current app.",
+                id="delayqueue.E012",
+            )
+        ]
+    problems: list[CheckMessage] = []
+    accepted = {str(kind).lower() for kind in app.conf.accept_content or ()}
+    if accepted and not accepted & {"json", "application/json"}:
+        problems.append(
+            Error(
+                f"The Celery app {app.main or app!r} does not accept JSON messages "
+                f"(accept_content={sorted(accepted)}): its workers discard every message "
+                "delayqueue sends.",
+                hint="Add 'json' to CELERY_ACCEPT_CONTENT (accept_content); delayqueue sends "
+                "JSON only, never pickle.",
+                id="delayqueue.E013",
+            )
+        )
+    missing = [name for name in (tasks.RUN_TASK, tasks.RUN_BATCH) if name not in app.tasks]
+    if missing:
+        problems.append(
+            Error(
+                f"The Celery app {app.main or app!r} lacks delayqueue's own tasks {missing}: "
+                "its workers would discard batched and plain-task jobs.",
+                hint="Import delayqueue.tasks in the module that makes the Celery app, or "
+                "keep 'delayqueue' in INSTALLED_APPS with Celery's Django set-up "
+                "(app.config_from_object('django.conf:settings', namespace='CELERY')).",
+                id="delayqueue.E014",
+            )
+        )
+    return problems

@@ -19,7 +19,9 @@ from delayqueue.engine import transitions
 from delayqueue.engine.execution import run, run_direct
 from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError, UnknownTask
-from delayqueue.validators import BACKOFF_MAX_SECONDS, MAX_DISPATCH_AHEAD
+from delayqueue.validators import BACKOFF_MAX_SECONDS, MAX_DISPATCH_AHEAD, VISIBILITY_TIMEOUT_MAX
+
+MAX_VISIBILITY_MS = int(VISIBILITY_TIMEOUT_MAX * 1000)
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,10 @@ HEADER_TOKEN = "dq_token"
 # Redis's clock).
 HEADER_CLAIMED = "dq_claimed"
 HEADER_DUE = "dq_due"
+# The dispatching delay worker's visibility timeout (ms), for jobs that set none of their own:
+# begin restarts the deadline from it, so run_delay_worker --visibility-timeout (or its
+# VISIBILITY_TIMEOUT) governs the whole run, not the Celery side's setting.
+HEADER_VT = "dq_vt"
 
 Backoff = float | Callable[[int], float]
 
@@ -108,6 +114,15 @@ def header_ms(request: Any, name: str) -> int | None:
     return None
 
 
+def dispatch_visibility_ms(request: Any) -> int:
+    """The visibility timeout a begin restarts the deadline from, for a job that sets none of
+    its own: the dispatching delay worker's (HEADER_VT), else this side's setting."""
+    sent = header_ms(request, HEADER_VT)
+    if sent is not None and 1 <= sent <= MAX_VISIBILITY_MS:
+        return sent
+    return int(get_settings().visibility_timeout * 1000)
+
+
 def _since_ms(request: Any, name: str, now_ms: int) -> int | None:
     then = header_ms(request, name)
     return None if then is None else now_ms - then
@@ -152,7 +167,8 @@ def run_job(
         logger.warning("not a delayqueue dispatch (headers %r), not run", (queue, job_id, token))
         return None
     keys = queue_keys(queue)
-    visibility_ms = int(get_settings().visibility_timeout * 1000)
+    request = getattr(current_task, "request", None)
+    visibility_ms = dispatch_visibility_ms(request)
     # begin and ack are safe to resend (run_direct sends a call again on a connection Redis
     # dropped while it was idle): the second begin restarts the same deadline, the second
     # ack finds the job gone.
@@ -174,7 +190,6 @@ def run_job(
         return None
     task = _task_name(call)
     attempt = started.attempt
-    request = getattr(current_task, "request", None)
     hold_until_due(header_ms(request, HEADER_DUE), started.now_us, replied)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000

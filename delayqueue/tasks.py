@@ -30,6 +30,7 @@ from delayqueue.runner import (
     HEADER_TOKEN,
     dispatch_from_headers,
     dispatch_headers,
+    dispatch_visibility_ms,
     failure_call,
     header_ms,
     run_job,
@@ -109,7 +110,8 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
         entries,
         claimed_ms=header_ms(request, HEADER_CLAIMED),
         backoff=getattr(target, "dq_backoff", None),
-        visibility_timeout=getattr(target, "dq_visibility_timeout", None),
+        visibility_timeout=getattr(target, "dq_visibility_timeout", None)
+        or dispatch_visibility_ms(request) / 1000,
     )
 
 

@@ -68,6 +68,10 @@ def limited(tag: str) -> None:
 @delayed_task(queue="tests", batch=10, bind=True)
 def deadline_probe(self: object, tag: str, seconds: float) -> None:
     """Reports how long its job has left in flight before it is reaped, then sleeps."""
+    _report_deadline(self, tag, seconds)
+
+
+def _report_deadline(self: object, tag: str, seconds: float) -> None:
     from delayqueue.engine.keys import queue_keys
 
     client = _client()
@@ -75,6 +79,12 @@ def deadline_probe(self: object, tag: str, seconds: float) -> None:
     score = client.zscore(queue_keys("tests").inflight, job_id)
     _report("deadline", f"{tag} {(score or 0) / 1000 - time.time():.3f}")
     time.sleep(seconds)
+
+
+@delayed_task(queue="tests", batch=1, bind=True)
+def single_deadline_probe(self: object, tag: str, seconds: float) -> None:
+    """deadline_probe's report, for a job handed over one to a message."""
+    _report_deadline(self, tag, seconds)
 
 
 @shared_task(name="tests.jobs.plain")

@@ -19,7 +19,7 @@ from delayqueue import signals
 from delayqueue.batches import RUN_BATCH
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import InvalidOption
-from delayqueue.worker.dispatch import AUTO_BATCH_FROM, AUTO_BATCH_SIZE
+from delayqueue.worker.handoff import AUTO_BATCH_FROM, AUTO_BATCH_SIZE
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import parked_broker_url
@@ -133,10 +133,12 @@ def test_a_long_batch_begins_its_later_jobs_again_before_they_could_be_reaped(
     made = jobs.deadline_probe.delay_many(
         [(f"p{i}", 0.2) for i in range(4)], seconds=0, on_commit=False
     )
-    DelayWorker(["tests"], celery_app=parked_celery).run_pass()
+    # (the delay worker's visibility timeout travels with the batch: the Celery side's
+    # setting, far longer, does not decide)
+    DelayWorker(["tests"], celery_app=parked_celery, visibility_timeout=0.5).run_pass()
     [message] = published()
     assert len(message["args"][2]) == 4
-    with override_settings(DELAYQUEUE={**settings.DELAYQUEUE, "VISIBILITY_TIMEOUT": 0.5}):
+    with override_settings(DELAYQUEUE={**settings.DELAYQUEUE, "VISIBILITY_TIMEOUT": 600}):
         run_messages(parked_celery, [message])
     reports = [str(run["tag"]).split() for run in jobs.ran("deadline")]
     left = {name: float(seconds) for name, seconds in reports}
@@ -206,7 +208,7 @@ def test_a_backlog_on_the_broker_makes_a_pass_batch_its_few_jobs(
 ) -> None:
     """Each pass claims few jobs, but the Celery workers are behind (messages wait on the
     broker's list): the jobs of a pass go in one message, and the worker says it is behind."""
-    from delayqueue.worker.dispatch import BACKLOG_FROM
+    from delayqueue.worker.handoff import BACKLOG_FROM
 
     worker = DelayWorker(["tests"], celery_app=parked_celery)
     jobs.record.delay_many([(f"a{i}",) for i in range(3)], seconds=0, on_commit=False)

@@ -49,3 +49,20 @@ def test_not_a_dict() -> None:
 def test_no_redis_configured_warns() -> None:
     with override_settings(DELAYQUEUE={}, CELERY_BROKER_URL=None):
         assert "delayqueue.W001" in {m.id for m in run_checks()}
+
+
+@pytest.mark.parametrize(
+    ("celery_app", "expected"),
+    [
+        ("tests.setups.no_such_module:app", {"delayqueue.E012"}),
+        ("tests.setups.include_app:no_such_app", {"delayqueue.E012"}),
+        ("tests.setups.pickle_app:app", {"delayqueue.E013"}),
+        ("tests.setups.stripped_app:app", {"delayqueue.E014"}),
+        ("tests.setups.include_app:app", set()),
+        ("tests.setups.two_apps:first", set()),
+    ],
+)
+def test_a_celery_app_that_cannot_run_delayqueues_messages_is_an_error(
+    celery_app: str, expected: set[str]
+) -> None:
+    assert check_ids(REDIS_URL="redis://127.0.0.1:6379/0", CELERY_APP=celery_app) == expected

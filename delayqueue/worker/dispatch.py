@@ -32,12 +32,13 @@ from delayqueue.runner import (
     HEADER_ID,
     HEADER_QUEUE,
     HEADER_TOKEN,
+    HEADER_VT,
     describe_exception,
     utf8_safe,
 )
 from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.tasks import RUN_TASK
-from delayqueue.worker.handoff import HandoffWatch
+from delayqueue.worker.handoff import BACKLOG_FROM, HandoffWatch, batch_size
 from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
 
 logger = logging.getLogger(__name__)
@@ -72,58 +73,6 @@ class Send:
     ack_on_publish: bool = False  # a plain task's job sent as itself (no Celery side for it)
 
 
-AUTO_BATCH_FROM = 64  # jobs of one task in one pass before an automatic batch is made
-AUTO_BATCH_SIZE = 128  # most jobs per automatic batch message
-AUTO_BATCH_SPLIT = 4  # least messages a pass's jobs of one task are spread over
-BACKLOG_FROM = 4  # messages found waiting on the broker's list that make every pass batch
-
-
-def batch_size(
-    target: Task[Any, Any], claimed: int, waiting: int = 0, may_batch: bool = True
-) -> int:
-    """Jobs per message for ``target``, of which ``claimed`` were claimed in this pass, with
-    ``waiting`` messages found on the broker's list at the last publish. ``may_batch``:
-    False where the task's batches were found discarded (worker/handoff.py) or a Celery
-    worker of another delayqueue version runs: one job to a message, whatever the task says.
-
-    ``@delayed_task(batch=N)``: N (1: never batched). Left unset ("auto"), batches under a
-    backlog, never when the task sets a Celery time or rate limit (a batch could not honour
-    them per job):
-    - a backlog of due jobs (AUTO_BATCH_FROM of the task in one pass): batches of up to
-      AUTO_BATCH_SIZE, over at least AUTO_BATCH_SPLIT messages (so several pool processes
-      share them);
-    - a backlog in the broker (BACKLOG_FROM messages found waiting by the last publish: the
-      Celery workers, which take their prefetch off the list, are behind though each pass
-      claims few jobs): the pass's jobs of the task in one message.
-    Measured in docs/design.md, "Batched hand-off"."""
-    if not isinstance(target, DelayedTask) or not may_batch:
-        return 1
-    if target.dq_batch is not None:
-        return target.dq_batch
-    if claimed < 2 or _has_limits(target):
-        return 1
-    if claimed >= AUTO_BATCH_FROM:
-        return min(AUTO_BATCH_SIZE, -(-claimed // AUTO_BATCH_SPLIT))
-    if waiting >= BACKLOG_FROM:
-        return min(AUTO_BATCH_SIZE, claimed)
-    return 1
-
-
-def _has_limits(target: Task[Any, Any]) -> bool:
-    conf = target.app.conf
-    return any(
-        value is not None
-        for value in (
-            target.time_limit,
-            target.soft_time_limit,
-            target.rate_limit,
-            conf.task_time_limit,
-            conf.task_soft_time_limit,
-            conf.task_default_rate_limit,
-        )
-    )
-
-
 class Dispatcher:
     """Publishes claimed jobs with the app's publisher (see publishers.py) and counts them."""
 
@@ -131,6 +80,9 @@ class Dispatcher:
         self.app = app
         self.publisher = publisher_for(app)
         self.watch = HandoffWatch(worker_id or f"{socket.gethostname()}:{os.getpid()}")
+        # The delay worker's visibility timeout (ms), sent with each dispatch (HEADER_VT):
+        # the Celery side's begin restarts the deadline from it, not from its own setting.
+        self.visibility_ms: int | None = None
         self.dispatched = 0
         self.outage_backoff = 0.0  # seconds the jobs of a refused dispatch wait; doubles
         self._publishing = threading.Lock()  # the publisher is used by one thread at a time
@@ -148,6 +100,7 @@ class Dispatcher:
         names = [name for name, task in self.app.tasks.items() if isinstance(task, DelayedTask)]
         with self._publishing:
             self.publisher.warm_up(names)
+        self.watch.say_celery_sides()
 
     def warm_up_soon(self) -> threading.Thread:
         """``warm_up`` on a thread of its own: a broker that hangs holds up the first publish
@@ -229,6 +182,8 @@ class Dispatcher:
             headers[HEADER_CLAIMED] = str(job.claimed_ms)
         if job.due_ms is not None:
             headers[HEADER_DUE] = str(job.due_ms)
+        if self.visibility_ms is not None:
+            headers[HEADER_VT] = str(self.visibility_ms)
         if isinstance(target, DelayedTask):
             return Send([job], TaskMessage(job.task, args, kwargs, headers, job.task))
         if not self.watch.handoff.may_run_task(job.task):
@@ -236,8 +191,7 @@ class Dispatcher:
         message = TaskMessage(RUN_TASK, [job.task, args, kwargs], {}, headers, job.task)
         return Send([job], message)
 
-    @staticmethod
-    def _batch(pending: list[tuple[Claimed, list[Any], dict[str, Any]]]) -> Send:
+    def _batch(self, pending: list[tuple[Claimed, list[Any], dict[str, Any]]]) -> Send:
         """One message for several jobs of one task on one queue (delayqueue/batches.py)."""
         first = pending[0][0]
         entries = [
@@ -247,6 +201,8 @@ class Dispatcher:
         headers = {HEADER_BATCH: str(len(entries))}
         if first.claimed_ms is not None:
             headers[HEADER_CLAIMED] = str(first.claimed_ms)
+        if self.visibility_ms is not None:
+            headers[HEADER_VT] = str(self.visibility_ms)
         summary = f"[{first.queue!r}, {first.task!r}, <{len(entries)} jobs from {first.id}>]"
         message = TaskMessage(
             RUN_BATCH, [first.queue, first.task, entries], {}, headers, first.task, summary

@@ -1,5 +1,5 @@
-"""The forms a delay worker hands jobs to Celery in, and the watch that notices a form the
-Celery workers do not run.
+"""The forms a delay worker hands jobs to Celery in: how many jobs go to a message
+(``batch_size``), and the watch that notices a form the Celery workers do not run.
 
 ``delayqueue.run_batch`` and ``delayqueue.run_task`` run only where delayqueue's own Celery
 tasks are registered (delayqueue/tasks.py). Where a Celery worker discards them ("Received
@@ -20,8 +20,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Task
 
 from delayqueue.batches import RUN_BATCH
+from delayqueue.decorator import DelayedTask
 from delayqueue.engine import presence, transitions
 from delayqueue.engine.execution import run_all
 from delayqueue.engine.keys import queue_keys
@@ -100,6 +104,25 @@ class HandoffWatch:
                     side.protocol,
                     presence.WIRE_PROTOCOL,
                 )
+
+    def say_celery_sides(self) -> None:
+        """The start-up line: which Celery workers said they run delayqueue's messages."""
+        sides = self.current().fresh_sides()
+        if sides:
+            logger.info(
+                "Celery workers that run delayqueue's messages: %s",
+                ", ".join(f"{side.hostname} (protocol {side.protocol})" for side in sides),
+            )
+            return
+        logger.warning(
+            "no Celery worker has said it runs delayqueue's messages (yet). A Celery worker "
+            "says so when it starts, once delayqueue's tasks are in its app: keep 'delayqueue' "
+            "in INSTALLED_APPS with Celery's Django set-up, or import delayqueue.tasks in the "
+            "module that makes the Celery app. Jobs are sent all the same; a batch or "
+            "run_task message a Celery worker discards is noticed within %.0f s and its task "
+            "falls back to a form that runs",
+            START_CHECK_SECONDS + REFRESH_SECONDS,
+        )
 
     def sent(self, form: str, task: str, queue: str, jobs: list[tuple[str, str]]) -> None:
         """A message of a watched form was published."""
@@ -182,3 +205,57 @@ class HandoffWatch:
             return
         self._read_at = -math.inf  # read the fallback back, and say it
         self.current()
+
+
+# ---- jobs per message ----------------------------------------------------------------
+
+AUTO_BATCH_FROM = 64  # jobs of one task in one pass before an automatic batch is made
+AUTO_BATCH_SIZE = 128  # most jobs per automatic batch message
+AUTO_BATCH_SPLIT = 4  # least messages a pass's jobs of one task are spread over
+BACKLOG_FROM = 4  # messages found waiting on the broker's list that make every pass batch
+
+
+def batch_size(
+    target: Task[Any, Any], claimed: int, waiting: int = 0, may_batch: bool = True
+) -> int:
+    """Jobs per message for ``target``, of which ``claimed`` were claimed in this pass, with
+    ``waiting`` messages found on the broker's list at the last publish. ``may_batch``:
+    False where the task's batches were found discarded (worker/handoff.py) or a Celery
+    worker of another delayqueue version runs: one job to a message, whatever the task says.
+
+    ``@delayed_task(batch=N)``: N (1: never batched). Left unset ("auto"), batches under a
+    backlog, never when the task sets a Celery time or rate limit (a batch could not honour
+    them per job):
+    - a backlog of due jobs (AUTO_BATCH_FROM of the task in one pass): batches of up to
+      AUTO_BATCH_SIZE, over at least AUTO_BATCH_SPLIT messages (so several pool processes
+      share them);
+    - a backlog in the broker (BACKLOG_FROM messages found waiting by the last publish: the
+      Celery workers, which take their prefetch off the list, are behind though each pass
+      claims few jobs): the pass's jobs of the task in one message.
+    Measured in docs/design.md, "Batched hand-off"."""
+    if not isinstance(target, DelayedTask) or not may_batch:
+        return 1
+    if target.dq_batch is not None:
+        return target.dq_batch
+    if claimed < 2 or _has_limits(target):
+        return 1
+    if claimed >= AUTO_BATCH_FROM:
+        return min(AUTO_BATCH_SIZE, -(-claimed // AUTO_BATCH_SPLIT))
+    if waiting >= BACKLOG_FROM:
+        return min(AUTO_BATCH_SIZE, claimed)
+    return 1
+
+
+def _has_limits(target: Task[Any, Any]) -> bool:
+    conf = target.app.conf
+    return any(
+        value is not None
+        for value in (
+            target.time_limit,
+            target.soft_time_limit,
+            target.rate_limit,
+            conf.task_time_limit,
+            conf.task_soft_time_limit,
+            conf.task_default_rate_limit,
+        )
+    )

@@ -101,6 +101,7 @@ class DelayWorker:
         self.ahead_ms = round(check_dispatch_ahead(config.dispatch_ahead, "DISPATCH_AHEAD") * 1000)
         self.app = celery_app or get_celery_app()
         self.dispatcher = Dispatcher(self.app)
+        self.dispatcher.visibility_ms = self.visibility_ms
         self.id = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
         self.stopping = False
         self._last_heartbeat = 0.0

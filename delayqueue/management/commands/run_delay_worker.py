@@ -46,7 +46,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--visibility-timeout",
             type=float,
-            help="seconds a dispatched job may stay unacked before it runs again",
+            help="seconds a job may stay in flight without finishing before it is run "
+            "again: counted from its dispatch, and again from the moment its task begins on the "
+            "Celery side (the Celery side uses this value, sent with the job, not its own "
+            "VISIBILITY_TIMEOUT); a job's own visibility_timeout wins over both "
+            "(default: VISIBILITY_TIMEOUT)",
         )
         parser.add_argument(
             "--once",
