@@ -569,9 +569,18 @@ def delay_worker_main(argv: list[str]) -> None:
 
 def celery_worker_main(argv: list[str]) -> None:
     """``celery -A orders_demo worker ...`` with kombu's Redis ack emulation as
-    DQ_CHAOS_ACK_EMULATION says ("0": off; on otherwise, Celery's default)."""
+    DQ_CHAOS_ACK_EMULATION says ("0": off; on otherwise, Celery's default). With CELERY_APP
+    in DQ_CHAOS_DELAYQUEUE, that app instead, for the Celery worker and the delay worker
+    alike (an app set up without autodiscovery: tests/setups/chaos_app.py)."""
     _setup_django()
-    from orders_demo.celery import app
+    from django.conf import settings
+
+    from delayqueue.runner import get_celery_app
+
+    if settings.DELAYQUEUE.get("CELERY_APP"):
+        app = get_celery_app()
+    else:
+        from orders_demo.celery import app
 
     if os.environ.get("DQ_CHAOS_ACK_EMULATION", "1") == "0":
         options = dict(app.conf.broker_transport_options or {})
