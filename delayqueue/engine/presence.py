@@ -68,6 +68,12 @@ class Handoff:
         return [side for side in self.sides if self.read_ms - side.at_ms <= FRESH_MS]
 
     @property
+    def celery_side_known(self) -> bool:
+        """Whether a Celery worker that runs this delayqueue's messages said so recently:
+        then run_batch and run_task are registered where they are consumed."""
+        return any(side.protocol == WIRE_PROTOCOL for side in self.fresh_sides())
+
+    @property
     def other_protocols(self) -> list[CelerySide]:
         """Recent Celery sides that speak another wire protocol (another delayqueue version):
         they may misread a batch."""

@@ -4,8 +4,9 @@
 ``delayqueue.run_batch`` and ``delayqueue.run_task`` run only where delayqueue's own Celery
 tasks are registered (delayqueue/tasks.py). Where a Celery worker discards them ("Received
 unregistered task"), the jobs would sit in flight until reaped, a visibility timeout later,
-and be sent the same way again. So the first messages of each of these forms, per task, are
-watched until one of them begins: one that has not begun START_CHECK_SECONDS after it was
+and be sent the same way again. So while no Celery worker has said it runs them
+(engine/presence.py), the first messages of each of these forms, per task, are watched until
+one of them begins: one that has not begun START_CHECK_SECONDS after it was
 published, while nothing waits on the broker's lists (the Celery workers took it and did
 not start it), was discarded. Then the task falls back to a simpler form
 (engine/presence.py: its batches become single messages, a plain task's run_task becomes
@@ -126,7 +127,7 @@ class HandoffWatch:
 
     def sent(self, form: str, task: str, queue: str, jobs: list[tuple[str, str]]) -> None:
         """A message of a watched form was published."""
-        if form not in FALLBACK:
+        if form not in FALLBACK or self.handoff.celery_side_known:
             return
         key = (form, task)
         now = time.monotonic()
@@ -142,6 +143,11 @@ class HandoffWatch:
         """Look at the oldest watched message of each form and task that is due for a look;
         fall back where one was discarded. ``backlog()``: messages waiting on the broker."""
         now = time.monotonic()
+        if self.handoff.celery_side_known and not self.handoff.other_protocols:
+            # Every Celery worker heard from runs both forms: a message not begun yet waits
+            # behind long tasks (prefetched), it was not discarded; the reaper has it.
+            self._watching.clear()
+            return
         due = [
             (key, watch.sent[0])
             for key, watch in self._watching.items()
