@@ -37,42 +37,50 @@ class SetUp:
     """A Celery worker and a delay worker, both on the Celery app ``app_path``."""
 
     def __init__(self, app_path: str, tmp_path: Path, **extra: str) -> None:
+        self.app_path, self.tmp_path, self.extra = app_path, tmp_path, extra
+        self.celery: Process | None = None
+        self.delay: Process | None = None
+
+    def start(self) -> SetUp:
         with redis.Redis.from_url(_broker_url()) as broker:
             broker.delete("celery")
         env = child_env(
             DJANGO_SETTINGS_MODULE="tests.setups.settings",
-            DQ_TEST_CELERY_APP=app_path,
+            DQ_TEST_CELERY_APP=self.app_path,
             CELERY_BROKER_URL=_broker_url(),
             DQ_TEST_BROKER_URL=_broker_url(),
         )
-        celery_env = {**env, **extra}
-        module = app_path.partition(":")[0]
-        attribute = app_path.partition(":")[2] or "app"
+        celery_env = {**env, **self.extra}
         self.celery = Process(
             "celery",
-            [sys.executable, "-m", "celery", "-A", f"{module}:{attribute}", "worker",
+            [sys.executable, "-m", "celery", "-A", self.app_path, "worker",
              "-l", "info", "-c", "2", "--without-gossip", "--without-mingle"],
-            tmp_path / "celery.log",
+            self.tmp_path / "celery.log",
             {name: value for name, value in celery_env.items() if value},
         )  # fmt: skip
-        wait_for(lambda: "ready." in self.celery.output() or not self.celery.alive(), 60)
-        assert self.celery.alive(), self.celery.output()
+        celery = self.celery
+        wait_for(lambda: "ready." in celery.output() or not celery.alive(), 60)
+        assert celery.alive(), celery.output()
         self.delay = Process(
             "delay worker",
             [sys.executable, "manage.py", "run_delay_worker", "-v", "2", "--queues", "setups"],
-            tmp_path / "delay.log",
+            self.tmp_path / "delay.log",
             env,
         )
-        wait_for(lambda: "starting" in self.delay.output() or not self.delay.alive(), 30)
-        assert self.delay.alive(), self.delay.output()
+        delay = self.delay
+        wait_for(lambda: "starting" in delay.output() or not delay.alive(), 30)
+        assert delay.alive(), delay.output()
+        return self
 
     def logs(self) -> str:
-        celery, delay = self.celery.output()[-6000:], self.delay.output()[-4000:]
+        celery = self.celery.output()[-6000:] if self.celery else ""
+        delay = self.delay.output()[-4000:] if self.delay else ""
         return f"--- celery\n{celery}\n--- delay\n{delay}"
 
     def stop(self) -> None:
-        self.delay.stop()
-        self.celery.stop()
+        for process in (self.delay, self.celery):
+            if process is not None:
+                process.stop()
 
 
 @pytest.fixture
@@ -80,8 +88,8 @@ def set_up(tmp_path: Path) -> Iterator[Any]:
     made: list[SetUp] = []
 
     def start(app_path: str, **extra: str) -> SetUp:
-        made.append(SetUp(app_path, tmp_path, **extra))
-        return made[-1]
+        made.append(SetUp(app_path, tmp_path, **extra))  # (stopped even if it fails to start)
+        return made[-1].start()
 
     yield start
     for each in made:
@@ -108,6 +116,7 @@ def _every_job_ran_once(
     assert max(ran.values()) == 1, [tag for tag, n in ran.items() if n > 1][:5]
     assert r.zcard(Q.dead) == 0
     if not unregistered_ok:
+        assert setup.celery is not None
         assert "unregistered task" not in setup.celery.output()
 
 
@@ -127,7 +136,7 @@ def test_a_burst_of_delayed_task_jobs_runs_every_job_once(
     tags = [f"job-{i}" for i in range(BURST)]
     burst_tasks.burst.delay_many([(tag,) for tag in tags], seconds=1, on_commit=False)
     _every_job_ran_once(r, setup, tags)
-    assert "dispatched" in setup.delay.output()
+    assert setup.delay is not None and "dispatched" in setup.delay.output()
 
 
 def test_a_task_imported_under_another_name_runs_by_its_explicit_name(
@@ -173,6 +182,7 @@ def test_batches_a_celery_worker_discards_fall_back_to_single_messages(
     fallback = _fallback(r, burst_tasks.burst.name)
     assert fallback is not None and fallback["form"] == "single", fallback
     assert "run_batch" in fallback["reason"]
+    assert setup.delay is not None
     said = setup.delay.output().count("jobs of tests.setups.burst_tasks.burst are handed")
     assert said == 1, setup.logs()  # said once
     if not silent:  # the side that discarded it said so itself
