@@ -14,7 +14,7 @@ from delayqueue.api.display import Moment, Reads, integer, text
 from delayqueue.engine.clients import get_raw_redis, redis_now_ms
 from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
-from delayqueue.engine.shards import SEPARATOR, logical
+from delayqueue.engine.shards import logical, shard_index
 
 MAX_WORKERS_SHOWN = 100
 FIELD_CHARS = 200  # most characters of a worker's id or field shown
@@ -142,7 +142,9 @@ def _by_queue(rows: list[QueueOverview]) -> list[QueueOverview]:
         if len(members) == 1 and members[0].name == name:
             result.append(members[0])
             continue
-        members.sort(key=lambda row: int(row.name.rpartition(SEPARATOR)[2] or 0))
+        # the queue's own row (jobs from before it was sharded, or scheduled as ``Q~N`` of
+        # a queue without shards) first, then its shards in order
+        members.sort(key=lambda row: -1 if (i := shard_index(row.name)) is None else i)
         result.append(
             QueueOverview(
                 name=name,

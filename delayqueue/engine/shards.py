@@ -65,3 +65,9 @@ def shard_for(queue: str, routing: str) -> str:
 def logical(queue: str) -> str:
     """The queue a shard belongs to (``orders~3`` -> ``orders``); other names as they are."""
     return queue.partition(SEPARATOR)[0]
+
+
+def shard_index(queue: str) -> int | None:
+    """The index of a shard's name (``orders~3`` -> 3); None for a queue that is no shard."""
+    _, separator, index = queue.partition(SEPARATOR)
+    return int(index) if separator and index.isascii() and index.isdigit() else None
