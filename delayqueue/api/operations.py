@@ -191,8 +191,11 @@ def pause(queue: str, note: str) -> bool:
     """Stop workers claiming from the queue (jobs already in flight finish). False when it
     was paused already."""
     keys = queue_keys(check_queue_name(queue))
+    # A note from a command line may hold bytes that are not UTF-8 (as lone surrogates):
+    # kept, escaped, rather than refused by the Redis client's encoder.
+    text = note[:200].encode("utf-8", "backslashreplace").decode() or "paused"
     with redis_errors():
-        return bool(get_redis().set(keys.paused, note[:200] or "paused", nx=True))
+        return bool(get_redis().set(keys.paused, text, nx=True))
 
 
 def resume(queue: str) -> bool:

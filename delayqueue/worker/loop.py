@@ -119,7 +119,8 @@ class DelayWorker:
     # ---- lifecycle -------------------------------------------------------------------
 
     def run(self, *, once: bool = False) -> int:
-        """Loop until a signal asks to stop (or one drain with ``once``); exit code 0."""
+        """Loop until a signal asks to stop (or one drain with ``once``); exit code 0, or 1
+        for a drain that could not reach Redis (a loop retries every second instead)."""
         self.app.loader.import_default_modules()  # every task the Celery worker knows
         if not once:
             self._install_signal_handlers()
@@ -130,8 +131,13 @@ class DelayWorker:
             while not self.stopping:
                 self._heartbeat()
                 try:
+                    if once and not self.queues:
+                        self._reachable()  # nothing to claim: Redis must still answer
                     result = self.run_pass()
                 except DelayQueueError as exc:  # Redis down, or refusing writes
+                    if once:  # a drain that cannot run says so and fails, not waits
+                        logger.error("%s; nothing was dispatched", exc)
+                        return 1
                     logger.error("%s; retrying in 1 s", exc)
                     self._sleep(1.0)
                     continue
@@ -160,6 +166,12 @@ class DelayWorker:
             self._goodbye()
         logger.info("delay worker %s stopped after %s dispatches", self.id, self.dispatched)
         return 0
+
+    @staticmethod
+    def _reachable() -> None:
+        """Raise RedisUnavailable (or the error Redis gives) unless Redis answers."""
+        with redis_errors():
+            redis_now_ms(get_redis())
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, frame: FrameType | None) -> None:
@@ -432,14 +444,14 @@ def _known_queue_names() -> set[str]:
     except RedisUnavailable:
         raise
     except DelayQueueError as exc:
-        logger.error("cannot read the queue registry: %s", exc)
+        _say_once(f"cannot read the queue registry: {exc}")
         return set()
     names = set()
     for member in members:
         try:
             names.add(member.decode() if isinstance(member, bytes) else member)
         except UnicodeDecodeError:
-            logger.error("ignoring queue %r found in Redis: not UTF-8", member)
+            _say_once(f"ignoring queue {member!r} found in Redis: not UTF-8")
     return names
 
 
@@ -447,6 +459,20 @@ def _valid_queue(name: str) -> bool:
     try:
         check_queue_name(name)
     except DelayQueueError:
-        logger.error("ignoring queue %r found in Redis: not a valid queue name", name)
+        _say_once(f"ignoring queue {name!r} found in Redis: not a valid queue name")
         return False
     return True
+
+
+_said: set[str] = set()  # registry problems logged at ERROR already (bounded below)
+
+
+def _say_once(problem: str) -> None:
+    """A problem of the queue registry at ERROR the first time this process meets it, then
+    at DEBUG: the registry is read every heartbeat, and one bad entry must not fill the log."""
+    if problem in _said:
+        logger.debug("%s (again)", problem)
+        return
+    if len(_said) < 1_000:
+        _said.add(problem)
+    logger.error("%s", problem)

@@ -121,6 +121,11 @@ class Command(BaseCommand):
         except (InvalidQueueName, InvalidJobId) as exc:
             raise CommandError(str(exc), returncode=USAGE) from None
         except DelayQueueError as exc:
+            if options.get("json"):
+                # a reader of --json gets JSON whatever happened (Redis down, a refused
+                # password): the error, its kind, and the exit code that follows
+                failure = {"error": str(exc), "kind": type(exc).__name__, "exit_code": FAILED}
+                self.stdout.write(json.dumps(failure))
             raise CommandError(str(exc), returncode=FAILED) from None
 
     # ---- reading -----------------------------------------------------------------------
