@@ -78,6 +78,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/5")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+
+# DEBUG is on by default here: its 500 page lists the settings and the environment, and
+# Django hides only settings whose names look secret, not the password inside a URL.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "delayqueue.error_reports.SecretUrlsFilter"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
