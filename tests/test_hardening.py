@@ -20,7 +20,7 @@ from django.utils.timezone import make_aware
 import delayqueue
 from delayqueue import NotSerializable
 from delayqueue.engine.execution import get_scripts
-from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.engine.redis_errors import translate
 from delayqueue.errors import (
     DelayQueueError,
@@ -100,18 +100,19 @@ def test_deeply_nested_data_in_redis_goes_to_dead_and_the_worker_goes_on(
     """Written past the API (an older version, another client): the worker buries it and
     dispatches the other queues' jobs of the same pass."""
     deep = "[" * levels + "]" * levels
-    r.hset(Q.spec_bucket("DEEP"), "DEEP", f"tests.jobs.record\n[{deep}]\n\n3\n\n")
-    r.zadd(Q.scheduled, {"DEEP": 0})
+    deep_id = new_job_id()
+    r.hset(Q.spec_bucket(deep_id), deep_id, f"tests.jobs.record\n[{deep}]\n\n3\n\n")
+    r.zadd(Q.scheduled, {deep_id: 0})
     other = delayqueue.enqueue(jobs.record, ["other"], delay=0, queue="other", on_commit=False)
     good = jobs.record.delay_for("good", seconds=0, on_commit=False)
 
     worker = DelayWorker(["other", "tests"], celery_app=parked)
     result = worker.run_pass()
 
-    assert {job.id for job in result.claimed} == {"DEEP", other.id, good.id}
+    assert {job.id for job in result.claimed} == {deep_id, other.id, good.id}
     assert worker.dispatched == 2
-    assert r.zrange(Q.dead, 0, -1) == ["DEEP"]
-    assert "corrupt job data" in str(r.hget(Q.job("DEEP"), "why"))
+    assert r.zrange(Q.dead, 0, -1) == [deep_id]
+    assert "corrupt job data" in str(r.hget(Q.job(deep_id), "why"))
     assert r.zscore(queue_keys("other").inflight, other.id) is not None
 
 

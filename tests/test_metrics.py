@@ -23,7 +23,7 @@ from django.test import Client, override_settings
 from django.urls import path
 from prometheus_client.parser import text_string_to_metric_families
 
-from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.metrics import metrics_view
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
@@ -94,9 +94,10 @@ def test_view_serves_this_process_counters_and_the_queue_gauges(
 ) -> None:
     before = scrape_view()
     due = jobs.record.delay_for("now", seconds=0, on_commit=False)
-    r.hset(Q.job("UNKNOWN"), mapping={"task": "no.such.task", "args": "[]", "max": "3"})
-    r.zadd(Q.scheduled, {"UNKNOWN": 0})
-    DelayWorker(["tests"], celery_app=parked_celery).run_pass()  # due: in flight; UNKNOWN: dead
+    unknown = new_job_id()  # (a real id: one that is not is buried for that alone)
+    r.hset(Q.job(unknown), mapping={"task": "no.such.task", "args": "[]", "max": "3"})
+    r.zadd(Q.scheduled, {unknown: 0})
+    DelayWorker(["tests"], celery_app=parked_celery).run_pass()  # due: in flight; unknown: dead
     jobs.record.delay_for("later", seconds=60, on_commit=False)
     overdue = jobs.record.delay_for("overdue", seconds=60, on_commit=False)
     r.zadd(Q.scheduled, {overdue.id: redis_ms(r) - 5_000})  # 5 s past its due time

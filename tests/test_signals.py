@@ -17,7 +17,7 @@ from django.dispatch import Signal
 
 import delayqueue
 from delayqueue import signals
-from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.runner import get_celery_app
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
@@ -111,8 +111,9 @@ def test_worker_signals_dispatched_dead_and_reaped(
     r: redis.Redis, recorder: Recorder, parked_celery: Celery
 ) -> None:
     job = jobs.record.delay_for("d", seconds=0, on_commit=False)
-    r.hset(Q.job("UNKNOWN"), mapping={"task": "no.such.task", "args": "[]", "max": "3"})
-    r.zadd(Q.scheduled, {"UNKNOWN": 0})
+    unknown = new_job_id()  # (a real id: one that is not is buried for that alone)
+    r.hset(Q.job(unknown), mapping={"task": "no.such.task", "args": "[]", "max": "3"})
+    r.zadd(Q.scheduled, {unknown: 0})
     worker = DelayWorker(["tests"], celery_app=parked_celery, visibility_timeout=0.1)
     worker.run_pass()
     [dispatched] = recorder.of("dispatched")
@@ -125,7 +126,7 @@ def test_worker_signals_dispatched_dead_and_reaped(
     }
     assert isinstance(lateness, int) and 0 <= lateness < 5_000  # claim time - due time
     [dead] = recorder.of("dead")
-    assert dead["job_id"] == "UNKNOWN" and dead["cause"] == "buried"
+    assert dead["job_id"] == unknown and dead["cause"] == "buried"
     assert dead["task"] == "no.such.task" and "unknown task" in dead["reason"]
     assert recorder.senders("dispatched") == recorder.senders("dead") == {"delay_worker"}
 

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from delayqueue.engine.execution import get_scripts
-from delayqueue.engine.keys import current_minute, queue_keys
+from delayqueue.engine.keys import current_minute, new_job_id, queue_keys
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, parked_broker_url
@@ -112,21 +112,23 @@ def test_pass_wakes_for_the_next_inflight_deadline(r: redis.Redis) -> None:
 
 def test_unknown_task_and_corrupt_data_go_to_dead(r: redis.Redis, parked: Celery) -> None:
     good = jobs.record.delay_for("ok", seconds=0, on_commit=False)
+    # (real job ids: an id that is not one is buried for that alone, test_claim_hostile.py)
+    unknown, badjson, notlist, nohash = (new_job_id() for _ in range(4))
     bad = {
-        "UNKNOWN": {"task": "no.such.task", "args": "[]", "max": "3"},
-        "BADJSON": {"task": "tests.jobs.record", "args": "[not json", "max": "3"},
-        "NOTLIST": {"task": "tests.jobs.record", "args": '{"a": 1}', "max": "3"},
+        unknown: {"task": "no.such.task", "args": "[]", "max": "3"},
+        badjson: {"task": "tests.jobs.record", "args": "[not json", "max": "3"},
+        notlist: {"task": "tests.jobs.record", "args": '{"a": 1}', "max": "3"},
     }
     for job_id, data in bad.items():
         for field, value in data.items():
             r.hset(Q.job(job_id), field, value)
         r.zadd(Q.scheduled, {job_id: 0})
-    r.zadd(Q.scheduled, {"NOHASH": 0})
+    r.zadd(Q.scheduled, {nohash: 0})
     DelayWorker(["tests"], celery_app=parked).run(once=True)
     dead = set(r.zrange(Q.dead, 0, -1))
-    assert dead == {"UNKNOWN", "BADJSON", "NOTLIST", "NOHASH"}
-    assert "unknown task 'no.such.task'" in str(r.hget(Q.job("UNKNOWN"), "why"))
-    assert "corrupt" in str(r.hget(Q.job("BADJSON"), "why"))
+    assert dead == {unknown, badjson, notlist, nohash}
+    assert "unknown task 'no.such.task'" in str(r.hget(Q.job(unknown), "why"))
+    assert "corrupt" in str(r.hget(Q.job(badjson), "why"))
     assert r.zscore(Q.inflight, good.id) is not None  # the good job went on
     assert broker().llen(BROKER_QUEUE) == 1
 

@@ -23,7 +23,7 @@ from delayqueue.decorator import DelayedTask
 from delayqueue.engine import transitions
 from delayqueue.engine.clients import get_raw_redis, get_redis
 from delayqueue.engine.execution import run, run_all
-from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.keys import JOB_ID, queue_keys
 from delayqueue.errors import CorruptJob
 from delayqueue.payload import decode_args
 from delayqueue.runner import (
@@ -35,6 +35,7 @@ from delayqueue.runner import (
     HEADER_VT,
     describe_exception,
     utf8_safe,
+    valid_dispatch,
 )
 from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.tasks import RUN_TASK
@@ -319,13 +320,14 @@ def _dispatched(jobs: list[Claimed]) -> None:
 def decode_claimed(
     queue: str, raw: transitions.ClaimedJob, claimed_ms: int | None = None
 ) -> Claimed | None:
-    """A claimed job from the script's bytes; one whose data is not UTF-8 goes to dead.
+    """A claimed job from the script's bytes; one whose data is not UTF-8, or whose id or
+    token the Celery side would refuse (``runner.valid_dispatch``), goes to dead.
     ``claimed_ms``: Redis's clock at the claim (the claim reply's ``now``)."""
     job_id, token, attempt = raw.id, raw.token, raw.attempt
     task, args_json, kwargs_json = raw.task, raw.args_json, raw.kwargs_json
     due = raw.due_ms
     try:
-        return Claimed(
+        job = Claimed(
             queue,
             job_id.decode(),
             str(int(token)),
@@ -336,6 +338,14 @@ def decode_claimed(
             claimed_ms,
             None if due is None else int(due),
         )
+        # What the Celery side would refuse to run, every time it is sent: to dead now,
+        # with the real reason, not after MAX_NOT_STARTED dispatches as "never started".
+        if JOB_ID.fullmatch(job.id) is None:
+            reason = "corrupt job data: its id is not a delayqueue job id (a 26-character ULID)"
+        elif not valid_dispatch(queue, job.id, job.token):
+            reason = "corrupt job data: its fencing token has grown past 15 digits"
+        else:
+            return job
     except UnicodeDecodeError:
         reason = "corrupt job data: not UTF-8 text (delayqueue stores JSON only)"
     except (ValueError, TypeError) as exc:

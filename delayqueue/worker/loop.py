@@ -205,16 +205,19 @@ class DelayWorker:
         points: list[tuple[int, int]] = []  # (point, Redis's now when it was read)
         for queue, reaping, queue_calls in plan:
             queue_replies = [next(replies) for _ in queue_calls]
-            failed = [reply for reply in queue_replies if isinstance(reply, DelayQueueError)]
-            if failed:
-                # One queue's error (a key of the wrong type, a script refusing its data)
-                # is that queue's problem: the other queues' claims stand and are dispatched.
-                self._queue_failed(queue, failed[0], started)
-                continue
+            # One queue's error (a key of the wrong type, a script refusing its data) is that
+            # queue's problem: the other queues' claims stand and are dispatched. A reap that
+            # failed never costs the claim beside it: claimed jobs are always dispatched.
             if reaping:
-                reaped: transitions.Reaped = queue_replies[0]
-                events.reaped(queue, reaped.rescheduled, reaped.dead)
-            claim: transitions.Claim = queue_replies[-1]
+                reaped = queue_replies[0]
+                if isinstance(reaped, DelayQueueError):
+                    self._queue_failed(queue, reaped, started)
+                else:
+                    events.reaped(queue, reaped.rescheduled, reaped.dead)
+            claim = queue_replies[-1]
+            if isinstance(claim, DelayQueueError):
+                self._queue_failed(queue, claim, started)
+                continue
             points += self._note_claim(queue, claim, started, reaping, replied, result)
             for raw in claim.jobs:
                 job = decode_claimed(queue, raw, claim.now_ms)
@@ -284,7 +287,7 @@ class DelayWorker:
     def _queue_failed(self, queue: str, exc: DelayQueueError, started: float) -> None:
         if isinstance(exc, RedisUnavailable):
             raise exc
-        logger.error("queue %s: %s; trying it again on the next pass", queue, exc)
+        _say_once(f"queue {queue}: {exc}; trying it again on later passes")
         self._reap_state[queue] = (started + REAP_AT_LEAST_EVERY, started)
 
     def _wake_at(self, points: list[tuple[int, int]], replied: float) -> float:
