@@ -25,9 +25,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import delayqueue
+from delayqueue.batches import RUN_BATCH
 from delayqueue.engine import clients as connection
-from delayqueue.engine.keys import current_minute, queue_keys
-from delayqueue.runner import run_job
+from delayqueue.engine.keys import current_minute, new_job_id, queue_keys
+from delayqueue.runner import run_job, valid_dispatch
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, wait_for
@@ -101,12 +102,18 @@ VALUES: list[bytes | None] = [
     b"os.system",
     b"delayqueue.run_task",
     b"tests.jobs.record\n",
+    b'[{"__type__": "nope", "__value__": 1}]',  # kombu's JSON type envelope
+    b'["x", {"__type__": "bytes", "__value__": "X"}]',
 ]
 SCORES = [1e300, -1e300, YEAR_0_MS, YEAR_MINUS_10000_MS, AFTER_YEAR_9999_MS, 0, -1, 2**63,
           float("inf"), float("-inf"), 0.5, 253_402_300_799_999 - 3_600_000]  # fmt: skip
 JUNK_MEMBERS = [b"a/b", b"", b" ", b"..", b".", NOT_UTF8, b"x" * 1000, b"<b>", b"%2F", b"\n",
                 b"01HZZZZZZZZZZZZZZZZZZZZZZZ", b"01hzzzzzzzzzzzzzzzzzzzzzzz"]  # fmt: skip
 WRONG_TYPES = ["string", "list", "set", "zset", "hash"]
+# Scheduled members with a job's data that are no job id (or whose token is at its limit):
+# the Celery side refuses every dispatch of them, so they must never be sent.
+NOT_IDS = [b"frac", b"01HZZZZZZZZZZZZZZZZZZZZZZ", b"01hzzzzzzzzzzzzzzzzzzzzzzz", b"I1",
+           b"01HZZZZZZZZZZZZZZZZZZZZZZZZ"]  # fmt: skip
 STATES = ["scheduled", "inflight", "dead"]
 BASE_TAGS = ["future", "due", "inflight", "retry", "dead", "began", "expired"]
 
@@ -261,6 +268,8 @@ CORRUPTIONS = st.one_of(
                 f"{OTHER}:stats",
                 "queues",
                 "workers",
+                "celery",  # the Celery sides' announcements
+                "fallbacks",  # the tasks' hand-off fallbacks
             ]
         ),
         st.sampled_from(WRONG_TYPES),
@@ -270,7 +279,13 @@ CORRUPTIONS = st.one_of(
         st.sampled_from([b"dispatched", b"acked", b"failed", b"dead"]),
         st.sampled_from([b"x", b"nan", b"9" * 400, NOT_UTF8, b"-1e300"]),
     ),  # fmt: skip
-    st.tuples(st.just("queues"), st.sampled_from([NOT_UTF8, b"", b"a/b", b"{x}", b".", b".."])),
+    st.tuples(
+        st.just("queues"),
+        st.sampled_from(
+            [NOT_UTF8, b"", b"a/b", b"{x}", b".", b"..", f"{Q}~0".encode(), f"{OTHER}~3".encode()]
+        ),
+    ),  # fmt: skip
+    st.tuples(st.just("not-an-id"), st.sampled_from(NOT_IDS), st.sampled_from(["due", "tok"])),
     st.tuples(
         st.just("worker"),
         st.sampled_from([b"w1", NOT_UTF8, b""]),
@@ -331,7 +346,7 @@ def _apply(r: redis.Redis, planted: Planted, corruption: tuple[Any, ...]) -> Non
         r.hset(keys.dedupe, key, value)
     elif kind == "structure":
         _, name, how = corruption
-        if name in ("queues", "workers"):
+        if name in ("queues", "workers", "celery", "fallbacks"):
             set_wrong_type(r, f"dq:{name}", how)
         else:
             queue, _, part = name.partition(":")
@@ -343,6 +358,14 @@ def _apply(r: redis.Redis, planted: Planted, corruption: tuple[Any, ...]) -> Non
         r.hset(keys.stats(current_minute()), name, value)
     elif kind == "queues":
         r.sadd("dq:queues", corruption[1])
+    elif kind == "not-an-id":
+        _, member, what = corruption
+        planted_id: bytes = member if what == "due" else new_job_id().encode()
+        planted_key = keys.job_prefix.encode() + planted_id
+        r.hset(planted_key, mapping={"task": "tests.jobs.record", "args": b'["x"]', "max": b"3"})
+        if what == "tok":  # its next token would have 16 digits
+            r.hset(planted_key, "tok", b"9" * 15)
+        r.zadd(keys.scheduled, {planted_id: 0})
     elif kind == "worker":
         _, worker, score, value = corruption
         r.zadd("dq:workers", {worker: score})
@@ -420,12 +443,25 @@ def passes_and_celery(parked: Celery, problems: list[str], rounds: int = 3) -> N
             except Exception as exc:
                 problems.append(f"a dispatched message cannot be decoded: {exc!r}"[:300])
                 continue
+            for dispatch in _dispatches(message):
+                if not valid_dispatch(*dispatch):
+                    problems.append(f"sent a dispatch the Celery side refuses: {dispatch}")
             try:
                 run_like_celery(message, parked.tasks)
             except BaseException as exc:
                 problems.append(
                     f"the Celery side of {message.task} raised {type(exc).__name__}: {exc}"[:400]
                 )
+
+
+def _dispatches(message: Any) -> list[tuple[str, str, str]]:
+    """(queue, id, token) of each job a message carries: its headers', or a batch's entries."""
+    if "dq_id" in message.headers:
+        return [message.dispatch]
+    if message.task == RUN_BATCH and len(message.args) == 3:
+        queue, _, entries = message.args
+        return [(str(queue), str(entry[0]), str(entry[1])) for entry in entries]
+    return []
 
 
 def odd_dispatches(planted: Planted, token: str, parked: Celery, problems: list[str]) -> None:
