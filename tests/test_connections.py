@@ -29,7 +29,7 @@ ACL_COMMANDS = (
     "+ping +evalsha +script|load +time "
     "+hget +hmget +hset +hsetnx +hdel +hincrby "
     "+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zcard +zpopmin "
-    "+del +exists +expire +type +get +sadd +smembers +publish +subscribe"
+    "+del +exists +expire +type +get +sadd +smembers +publish +subscribe +hgetall"
 )
 
 
@@ -42,11 +42,19 @@ def _certificates(folder: Path) -> dict[str, Path]:
     files = {name: folder / name for name in ("ca.key", "ca.crt", "srv.key", "srv.csr", "srv.crt")}
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     _openssl("req", "-x509", *ec, "-keyout", str(files["ca.key"]), "-out", str(files["ca.crt"]),
-             "-days", "1", "-subj", "/CN=delayqueue test CA")  # fmt: skip
+             "-days", "1", "-subj", "/CN=delayqueue test CA",
+             # what Python 3.13's strict verification (VERIFY_X509_STRICT) asks of a CA
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
     _openssl("req", *ec, "-keyout", str(files["srv.key"]), "-out", str(files["srv.csr"]),
              "-subj", "/CN=localhost")  # fmt: skip
     ext = folder / "san.ext"
-    ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    ext.write_text(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+        "authorityKeyIdentifier=keyid,issuer\n"  # (strict verification: Python 3.13)
+        "keyUsage=critical,digitalSignature\n"
+        "extendedKeyUsage=serverAuth\n"
+    )
     _openssl("x509", "-req", "-in", str(files["srv.csr"]), "-CA", str(files["ca.crt"]),
              "-CAkey", str(files["ca.key"]), "-CAcreateserial", "-out", str(files["srv.crt"]),
              "-days", "1", "-extfile", str(ext))  # fmt: skip
