@@ -38,6 +38,7 @@ from delayqueue.payload import MAX_NESTING
 from delayqueue.runner import run_job
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
+from tests.corrupt import keys_of_the_test
 from tests.redis_server import RedisServer
 
 Q = queue_keys("tests")
@@ -53,7 +54,7 @@ def nested(levels: int) -> list[Any]:
 
 
 def snapshot(r: redis.Redis) -> dict[str, bytes | None]:
-    return {key: r.dump(key) for key in sorted(r.scan_iter("*"))}
+    return {key: r.dump(key) for key in sorted(keys_of_the_test(r))}
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from delayqueue.engine.packing import pack
 from tests import jobs
+from tests.corrupt import keys_of_the_test
 from tests.stored import packed_specs
 
 Q = queue_keys("h")
@@ -231,7 +232,7 @@ def test_enqueue_with_a_bad_ms_writes_nothing(raw: Raw, ms: str) -> None:
             "B", "delay", ms, "", "keep", good]  # fmt: skip
     with pytest.raises(redis.ResponseError):
         run("enqueue", keys, args, raw)
-    assert raw.dbsize() == 0
+    assert keys_of_the_test(raw) == []
 
 
 @pytest.mark.parametrize(
@@ -250,7 +251,7 @@ def test_enqueue_with_bad_arguments_writes_nothing(raw: Raw, args: list[Any]) ->
     keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix]
     with pytest.raises(redis.ResponseError):
         run("enqueue", keys, args, raw)
-    assert raw.dbsize() == 0
+    assert keys_of_the_test(raw) == []
 
 
 def test_enqueue_sent_again_after_its_job_was_claimed_writes_no_second_copy(
@@ -415,7 +416,7 @@ def build_world(c: Raw) -> dict[str, Any]:
 
 
 def snapshot(c: Raw) -> dict[bytes, bytes | None]:
-    return {key: c.dump(key) for key in c.keys("*")}
+    return {key: c.dump(key) for key in keys_of_the_test(c)}
 
 
 def restore(c: Raw, saved: dict[bytes, bytes | None]) -> None:

@@ -18,6 +18,7 @@ from delayqueue.engine.packing import pack
 from delayqueue.errors import NotSerializable
 from tests import jobs
 from tests.conftest import wait_for
+from tests.corrupt import keys_of_the_test
 from tests.processes import Process
 
 Q = queue_keys("tests")
@@ -37,7 +38,7 @@ def test_an_envelope_shaped_argument_is_refused_at_the_call_and_nothing_is_writt
         jobs.record.delay_for("x", value, seconds=1, on_commit=False)
     with pytest.raises(NotSerializable, match="__type__"):
         jobs.record.delay_for(tag=value, seconds=1, on_commit=False)
-    assert r.dbsize() == 0
+    assert keys_of_the_test(r) == []
 
 
 def test_a_dict_with_more_keys_than_the_envelope_is_kept_as_it_is(r: redis.Redis) -> None:
