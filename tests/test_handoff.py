@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 import redis
@@ -134,3 +135,32 @@ def test_whatever_the_hashes_hold_reading_them_never_fails(r: redis.Redis) -> No
     read = presence.read_handoff()
     assert read.sides == [] and read.fallbacks == {}
     assert read.may_batch(TASK) and read.may_run_task(TASK)
+
+
+@pytest.mark.django_db
+def test_the_admin_and_health_say_why_a_task_falls_back(
+    r: redis.Redis, django_user_model: Any
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.test_cli import cli
+
+    presence.fall_back(TASK, "single", "a run_batch message was discarded (test)", "w-1")
+    presence.announce("celery@shop-1", 4321)
+    user = django_user_model.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(user)
+    page = client.get(reverse("admin:delayqueue_delayedjob_changelist"))
+    assert page.status_code == 200
+    shown = page.content.decode()
+    assert f"jobs of {TASK} are handed to Celery one to a message" in shown
+    assert "a run_batch message was discarded (test)" in shown
+    assert "celery@shop-1" in shown
+
+    health = cli("health", "--json")
+    remarks = json.loads(health.stdout)["remarks"]
+    assert any("a run_batch message was discarded (test)" in remark for remark in remarks)
+    assert any("celery@shop-1" in remark for remark in remarks)
+    text = cli("health").stdout
+    assert f"note: jobs of {TASK} are handed to Celery one to a message" in text

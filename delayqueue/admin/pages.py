@@ -32,6 +32,7 @@ from delayqueue.api import dashboard as dashboard_queries
 from delayqueue.api.display import STATES, Moment, State
 from delayqueue.api.job_detail import job_detail as read_job
 from delayqueue.conf import get_settings
+from delayqueue.engine import presence
 from delayqueue.engine.keys import JOB_ID
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.models import DelayedJob
@@ -167,6 +168,7 @@ def dashboard(request: HttpRequest, site: AdminSite) -> HttpResponse:
         chart_queue=chart_queue,
         workers=alive,
         workers_gone=gone,
+        handoff=dashboard_queries.handoff_remarks(presence.read_handoff()),
         now=Moment(now, now),
         notes=notes,
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from delayqueue.api.display import Moment, Reads, integer, text
+from delayqueue.engine import presence
 from delayqueue.engine.clients import get_raw_redis, redis_now_ms
 from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
@@ -288,3 +289,31 @@ def workers(notes: list[str] | None = None) -> tuple[list[WorkerInfo], int]:
             )
         )
     return alive, gone
+
+
+def handoff_remarks(handoff: presence.Handoff) -> list[str]:
+    """What a delay worker says once in its log about the hand-off: the tasks whose jobs
+    go in a simpler form and why, Celery workers of another wire protocol, and whether any
+    Celery worker announced delayqueue's side."""
+    remarks = [
+        f"jobs of {task} are handed to Celery "
+        + ("one to a message" if fallback.form == "single" else "as the task itself, acked when "
+           "published (no retries, no dead letters)")
+        + f": {fallback.reason}"
+        for task, fallback in sorted(handoff.fallbacks.items())
+    ]  # fmt: skip
+    remarks += [
+        f"Celery worker {side.hostname} runs wire protocol {side.protocol}, not "
+        f"{presence.WIRE_PROTOCOL} (another delayqueue version): no batches are sent"
+        for side in handoff.other_protocols
+    ]
+    sides = handoff.fresh_sides()
+    if sides:
+        names = ", ".join(side.hostname for side in sides)
+        remarks.append(f"Celery workers that run delayqueue's messages: {names}")
+    else:
+        remarks.append(
+            "no Celery worker has announced delayqueue's side in the last 2 minutes (a Celery "
+            "worker does when delayqueue's tasks are in its app)"
+        )
+    return remarks

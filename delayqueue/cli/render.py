@@ -137,6 +137,7 @@ def health_lines(verdict: Health) -> list[str]:
         lines.append(f"{'ok' if q.ok else 'UNHEALTHY'} {q.name}" + (f": {said}" if said else ""))
     if not verdict.queues:
         lines.append("no queue known yet")
+    lines += [f"note: {remark}" for remark in verdict.remarks]
     if verdict.ok:
         lines.append("healthy")
     return lines
@@ -147,6 +148,7 @@ def health_json(verdict: Health) -> dict[str, Any]:
         "healthy": verdict.ok,
         "max_overdue_seconds": verdict.max_overdue,
         "problems": verdict.problems,
+        "remarks": verdict.remarks,
         "queues": [
             {"name": q.name, "healthy": q.ok, "problems": q.problems, "remarks": q.remarks}
             for q in verdict.queues

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from delayqueue.api import browse, dashboard
 from delayqueue.api.display import STATES, Moment, Reads, State, job_key, zset_of
+from delayqueue.engine import presence
 from delayqueue.engine.clients import get_raw_redis
 from delayqueue.engine.keys import check_queue_name, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
@@ -58,6 +59,8 @@ class Snapshot:
     queues: list[QueueStatus]
     workers: list[WorkerStatus]
     notes: list[str] = field(default_factory=list)  # keys of the wrong type, read as empty
+    # the Celery workers that announced delayqueue's side, and the tasks' hand-off fallbacks
+    handoff: presence.Handoff = field(default_factory=presence.Handoff)
 
 
 def _rates(counts: dashboard.Throughput, minutes: int) -> Rates:
@@ -91,6 +94,7 @@ def snapshot(only: list[str] | None = None) -> Snapshot:
         )
         for w in live
     ]
+    handoff = presence.read_handoff()
     result = []
     for o in overviews:
         overdue = o.oldest_overdue
@@ -108,7 +112,7 @@ def snapshot(only: list[str] | None = None) -> Snapshot:
                 workers=[w.id for w in workers if o.name in w.queues],
             )
         )
-    return Snapshot(now, result, workers, notes)
+    return Snapshot(now, result, workers, notes, handoff)
 
 
 def _age(moment: Moment) -> float:
@@ -146,6 +150,8 @@ class Health:
     queues: list[QueueHealth]
     problems: list[str]  # not about one queue (no live worker at all)
     max_overdue: float
+    # said, not a failure: tasks handed to Celery in a simpler form (and why), Celery sides
+    remarks: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -177,7 +183,7 @@ def health(snap: Snapshot, max_overdue: float = DEFAULT_MAX_OVERDUE) -> Health:
                 f"(more than {_seconds(max_overdue)})"
             )
         verdicts.append(verdict)
-    return Health(verdicts, problems, max_overdue)
+    return Health(verdicts, problems, max_overdue, dashboard.handoff_remarks(snap.handoff))
 
 
 def _seconds(value: float) -> str:
