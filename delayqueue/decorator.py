@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, cast, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from celery import Task, shared_task
 from celery._state import get_current_app
@@ -29,8 +29,13 @@ from delayqueue.validators import (
 
 MAX_BATCH = 1_000  # jobs in one batch message
 
+if TYPE_CHECKING:
+    _TaskBase = Task[Any, Any]
+else:  # Celery's Task is subscriptable at run time from Celery 5.5 on (5.4 is supported)
+    _TaskBase = Task
 
-class DelayedTask(Task[Any, Any]):
+
+class DelayedTask(_TaskBase):
     """Base class of tasks made by ``@delayed_task``.
 
     The scheduling methods reserve the keywords ``seconds``, ``minutes``, ``hours``, ``days``,

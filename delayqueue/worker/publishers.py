@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any, Protocol
 
+import celery.app.base as celery_app_base
 import redis
 from celery import Celery, signals
 from celery.app.routes import MapRoute
@@ -43,6 +44,12 @@ REDIS_SCHEMES = ("redis", "rediss", "sentinel")  # kombu's Redis transports
 # through send_task instead.
 _FAST_OPTIONS = {"priority", "delivery_mode"}
 _EMBED = '{"callbacks": null, "errbacks": null, "chain": null, "chord": null}'
+
+
+# Celery 5.7 moved a task's own time limits into send_task's ``timelimit`` header; before it
+# the header stayed empty and the worker applied the task's limits itself (the same limits
+# either way). The message written here is the installed Celery's, byte for byte.
+SEND_TASK_SENDS_TASK_LIMITS = hasattr(celery_app_base, "_OMITTED")
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,8 @@ class RedisListPublisher:
         conf = app.conf
         self.argsrepr_maxsize = int(app.amqp.argsrepr_maxsize)
         self.kwargsrepr_maxsize = int(app.amqp.kwargsrepr_maxsize)
-        self.repr_maxlevels = int(conf.task_repr_maxlevels)
+        # (Celery 5.5 made the depth a setting; 5.4 used its saferepr default, 3)
+        self.repr_maxlevels = int(conf.get("task_repr_maxlevels", 3))
         self.default_delivery_mode = conf.task_default_delivery_mode
         self.reply_to = str(app.thread_oid)
         self.origin = anon_nodename()
@@ -321,7 +329,7 @@ class RedisListPublisher:
         # send_task takes these three out before routing: they become headers.
         time_limit = options.pop("time_limit", None)
         soft_time_limit = options.pop("soft_time_limit", None)
-        if batch:
+        if batch or not SEND_TASK_SENDS_TASK_LIMITS:
             time_limit = soft_time_limit = None
         if options.pop("expires", None) is not None:
             return None
