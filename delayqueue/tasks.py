@@ -129,13 +129,14 @@ def _announce_while_running(sender: Any = None, **kwargs: Any) -> None:
     if _announcer is not None and _announcer.is_alive():
         return
     hostname = str(getattr(sender, "hostname", None) or f"celery@{os.uname().nodename}")
+    broker, queues = _consumed(sender)
     _stop_announcing.clear()
 
     def announce_every() -> None:
         quiet = False
         while not _stop_announcing.is_set():
             try:
-                presence.announce(hostname, os.getpid())
+                presence.announce(hostname, os.getpid(), broker, queues)
                 quiet = False
             except Exception as exc:  # Redis down: said once, tried again
                 if not quiet:
@@ -146,6 +147,19 @@ def _announce_while_running(sender: Any = None, **kwargs: Any) -> None:
     _announcer = threading.Thread(target=announce_every, name="delayqueue-announce", daemon=True)
     _announcer.start()
     logger.info("delayqueue: Celery worker %s runs delayqueue's messages", hostname)
+
+
+def _consumed(consumer: Any) -> tuple[str | None, list[str]]:
+    """The broker (as kombu shows it: no password) and the queues a worker consumes."""
+    try:
+        broker = str(consumer.app.connection_for_read().as_uri())
+    except Exception:
+        broker = None
+    try:
+        queues = sorted(str(queue.name) for queue in consumer.task_consumer.queues)
+    except Exception:
+        queues = []
+    return broker, queues
 
 
 @worker_shutdown.connect

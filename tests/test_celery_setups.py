@@ -18,6 +18,7 @@ import redis
 from django.conf import settings
 
 import delayqueue
+from delayqueue.engine import presence
 from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.worker.handoff import START_CHECK_SECONDS
 from tests.conftest import wait_for
@@ -172,6 +173,8 @@ def test_batches_a_celery_worker_discards_fall_back_to_single_messages(
     jobs go one to a message from the first discarded batch on, noticed by the Celery side
     at once, or (a side that says nothing) by the delay worker's watch within seconds, not
     after a visibility timeout; every job runs once."""
+    # a Celery worker with delayqueue's side, on another broker: it does not run these
+    presence.announce("celery@elsewhere", 1, "redis://127.0.0.1:1/9", ["celery"])
     setup = set_up("tests.setups.old_side_app:app", DQ_TEST_SILENT_SIDE=str(int(silent)))
     tags = [f"job-{i}" for i in range(300)]
     started = time.monotonic()
@@ -195,6 +198,7 @@ def test_plain_task_jobs_a_celery_worker_without_delayqueue_discards_run_as_the_
     """A service's Celery worker without delayqueue (no Django, no import): run_task is
     discarded there, so the plain task's jobs are sent as the task itself and acked when
     published: each runs once."""
+    presence.announce("celery@elsewhere", 1, "redis://127.0.0.1:1/9", ["celery"])
     setup = set_up("tests.setups.bare_app:app", DJANGO_SETTINGS_MODULE="")
     tags = [f"plain-{i}" for i in range(100)]
     specs = [delayqueue.spec("setups.plain", [tag], queue="setups", delay=1) for tag in tags]

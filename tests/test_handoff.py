@@ -91,6 +91,20 @@ def test_nothing_falls_back_while_a_celery_side_that_runs_both_forms_is_known(
     assert all(r.zscore(Q.inflight, job_id) is not None for job_id, _ in sent)
 
 
+def test_a_side_on_another_broker_or_queue_does_not_vouch_for_these_messages(
+    r: redis.Redis,
+) -> None:
+    presence.announce("celery@other-broker", 1, "redis://:**@elsewhere:6379/1", ["celery"])
+    presence.announce("celery@other-queue", 2, "redis://:**@here:6379/1", ["reports"])
+    watch = HandoffWatch("test-worker", broker="redis://:**@here:6379/1")
+    watch.current()
+    sent = claimed()
+    watch.sent(handoff.RUN_BATCH, TASK, "tests", sent, celery_queue="celery")
+    watch.check(lambda: 0)
+    assert presence.read_handoff().fallbacks[TASK].form == "single"
+    assert presence.read_handoff().celery_side_known("redis://:**@here:6379/1", "reports")
+
+
 def test_a_side_of_another_protocol_stops_batches_only_while_it_runs(r: redis.Redis) -> None:
     raw = json.dumps({"protocol": presence.WIRE_PROTOCOL + 1, "pid": 1, "at": presence._now_ms()})
     r.hset(global_keys().celery_sides, "celery@newer", raw)

@@ -309,7 +309,12 @@ def handoff_remarks(handoff: presence.Handoff) -> list[str]:
     ]
     sides = handoff.fresh_sides()
     if sides:
-        names = ", ".join(side.hostname for side in sides)
+        names = ", ".join(
+            f"{side.hostname} ({', '.join(side.queues) or 'its queues'} on {side.broker})"
+            if side.broker
+            else side.hostname
+            for side in sides
+        )
         remarks.append(f"Celery workers that run delayqueue's messages: {names}")
     else:
         remarks.append(

@@ -40,6 +40,14 @@ class CelerySide:
     protocol: int
     pid: int | None
     at_ms: int  # when it last said so (its clock, epoch ms)
+    broker: str | None = None  # its broker, as kombu shows it (no password)
+    queues: tuple[str, ...] = ()  # the Celery queues it consumes
+
+    def consumes(self, broker: str | None, queue: str | None) -> bool:
+        """Whether messages published to ``queue`` on ``broker`` reach this worker (as far
+        as it said: an announcement without either is taken to cover it)."""
+        same_broker = broker is None or self.broker is None or self.broker == broker
+        return same_broker and (queue is None or not self.queues or queue in self.queues)
 
 
 Form = Literal["single", "plain"]
@@ -67,11 +75,14 @@ class Handoff:
     def fresh_sides(self) -> list[CelerySide]:
         return [side for side in self.sides if self.read_ms - side.at_ms <= FRESH_MS]
 
-    @property
-    def celery_side_known(self) -> bool:
-        """Whether a Celery worker that runs this delayqueue's messages said so recently:
-        then run_batch and run_task are registered where they are consumed."""
-        return any(side.protocol == WIRE_PROTOCOL for side in self.fresh_sides())
+    def celery_side_known(self, broker: str | None = None, queue: str | None = None) -> bool:
+        """Whether a Celery worker that runs this delayqueue's messages and consumes ``queue``
+        on ``broker`` said so recently: then run_batch and run_task are registered where
+        those messages are consumed."""
+        return any(
+            side.protocol == WIRE_PROTOCOL and side.consumes(broker, queue)
+            for side in self.fresh_sides()
+        )
 
     @property
     def other_protocols(self) -> list[CelerySide]:
@@ -93,9 +104,15 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def announce(hostname: str, pid: int) -> None:
-    """Say that the Celery worker ``hostname`` runs delayqueue's messages (now)."""
-    record = json.dumps({"protocol": WIRE_PROTOCOL, "pid": pid, "at": _now_ms()})
+def announce(
+    hostname: str, pid: int, broker: str | None = None, queues: list[str] | None = None
+) -> None:
+    """Say that the Celery worker ``hostname`` runs delayqueue's messages (now), consuming
+    ``queues`` on ``broker``."""
+    record = json.dumps(
+        {"protocol": WIRE_PROTOCOL, "pid": pid, "at": _now_ms(), "broker": broker,
+         "queues": queues or []}
+    )  # fmt: skip
     with redis_errors():
         get_redis().hset(global_keys().celery_sides, hostname, record)
 
@@ -154,8 +171,17 @@ def read_handoff() -> Handoff:
         if now - at > FORGET_MS:
             gone.append(hostname)
             continue
-        pid = record.get("pid")
-        sides.append(CelerySide(hostname, protocol, pid if _is_int(pid) else None, at))
+        pid, broker, queues = record.get("pid"), record.get("broker"), record.get("queues")
+        sides.append(
+            CelerySide(
+                hostname,
+                protocol,
+                pid if _is_int(pid) else None,
+                at,
+                broker if isinstance(broker, str) else None,
+                tuple(q for q in queues if isinstance(q, str)) if isinstance(queues, list) else (),
+            )
+        )
     if gone:
         with redis_errors():
             client.hdel(g.celery_sides, *gone)

@@ -39,7 +39,7 @@ from delayqueue.runner import (
 )
 from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.tasks import RUN_TASK
-from delayqueue.worker.handoff import BACKLOG_FROM, HandoffWatch, batch_size
+from delayqueue.worker.handoff import BACKLOG_FROM, FALLBACK, HandoffWatch, batch_size
 from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,9 @@ class Dispatcher:
     def __init__(self, app: Celery, worker_id: str | None = None) -> None:
         self.app = app
         self.publisher = publisher_for(app)
-        self.watch = HandoffWatch(worker_id or f"{socket.gethostname()}:{os.getpid()}")
+        self.watch = HandoffWatch(
+            worker_id or f"{socket.gethostname()}:{os.getpid()}", _broker_shown(app)
+        )
         # The delay worker's visibility timeout (ms), sent with each dispatch (HEADER_VT):
         # the Celery side's begin restarts the deadline from it, not from its own setting.
         self.visibility_ms: int | None = None
@@ -248,7 +250,9 @@ class Dispatcher:
         for send in sends:
             first = send.jobs[0]
             jobs = [(job.id, job.token) for job in send.jobs]
-            self.watch.sent(send.message.name, first.task, first.queue, jobs)
+            if send.message.name in FALLBACK:  # (a form the watch looks at)
+                celery_queue = self.publisher.queue_of(send.message)
+                self.watch.sent(send.message.name, first.task, first.queue, jobs, celery_queue)
         handed_over = [job for send in sends if send.ack_on_publish for job in send.jobs]
         if handed_over:
             # Run by a Celery worker without delayqueue's side: nothing would ack them.
@@ -292,6 +296,14 @@ class Dispatcher:
             for job in jobs
         ]
         run_all(releases, strict=False)
+
+
+def _broker_shown(app: Celery) -> str | None:
+    """The app's broker as kombu shows it (no password): what Celery workers announce."""
+    try:
+        return str(app.connection_for_write().as_uri())
+    except Exception:
+        return None
 
 
 def _bury_unsendable(job: Claimed, exc: Exception) -> None:

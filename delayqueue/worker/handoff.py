@@ -50,6 +50,7 @@ class _Sent:
     at: float  # time.monotonic() of its publish
     queue: str
     jobs: list[tuple[str, str]]  # (id, token)
+    celery_queue: str | None = None  # the Celery queue it went to, when the publisher knows
 
 
 @dataclass
@@ -61,8 +62,9 @@ class _Watch:
 class HandoffWatch:
     """The current fallbacks, and the messages of the watched forms not yet seen to run."""
 
-    def __init__(self, worker_id: str) -> None:
+    def __init__(self, worker_id: str, broker: str | None = None) -> None:
         self.worker_id = worker_id
+        self.broker = broker  # the Celery broker the delay worker publishes to (no password)
         self.handoff = presence.Handoff()
         self._read_at = -math.inf
         self._watching: dict[tuple[str, str], _Watch] = {}  # (form, task) -> messages
@@ -108,7 +110,7 @@ class HandoffWatch:
 
     def say_celery_sides(self) -> None:
         """The start-up line: which Celery workers said they run delayqueue's messages."""
-        sides = self.current().fresh_sides()
+        sides = [s for s in self.current().fresh_sides() if s.consumes(self.broker, None)]
         if sides:
             logger.info(
                 "Celery workers that run delayqueue's messages: %s",
@@ -125,9 +127,16 @@ class HandoffWatch:
             START_CHECK_SECONDS + REFRESH_SECONDS,
         )
 
-    def sent(self, form: str, task: str, queue: str, jobs: list[tuple[str, str]]) -> None:
-        """A message of a watched form was published."""
-        if form not in FALLBACK or self.handoff.celery_side_known:
+    def sent(
+        self,
+        form: str,
+        task: str,
+        queue: str,
+        jobs: list[tuple[str, str]],
+        celery_queue: str | None = None,
+    ) -> None:
+        """A message of a watched form was published (to ``celery_queue``, when known)."""
+        if form not in FALLBACK or self.handoff.celery_side_known(self.broker, celery_queue):
             return
         key = (form, task)
         now = time.monotonic()
@@ -136,18 +145,13 @@ class HandoffWatch:
         watch = self._watching.setdefault(key, _Watch())
         if watch.jobs >= MAX_WATCHED_JOBS:
             return
-        watch.sent.append(_Sent(now, queue, jobs))
+        watch.sent.append(_Sent(now, queue, jobs, celery_queue))
         watch.jobs += len(jobs)
 
     def check(self, backlog: Callable[[], int | None]) -> None:
         """Look at the oldest watched message of each form and task that is due for a look;
         fall back where one was discarded. ``backlog()``: messages waiting on the broker."""
         now = time.monotonic()
-        if self.handoff.celery_side_known and not self.handoff.other_protocols:
-            # Every Celery worker heard from runs both forms: a message not begun yet waits
-            # behind long tasks (prefetched), it was not discarded; the reaper has it.
-            self._watching.clear()
-            return
         due = [
             (key, watch.sent[0])
             for key, watch in self._watching.items()
@@ -172,6 +176,10 @@ class HandoffWatch:
                 watch.jobs -= len(sent.jobs)
                 if not watch.sent:
                     del self._watching[key]
+                continue
+            if self.handoff.celery_side_known(self.broker, sent.celery_queue):
+                # A Celery worker that runs both forms consumes that queue: a message not
+                # begun yet waits behind long tasks (prefetched), it was not discarded.
                 continue
             if waiting is False:
                 waiting = backlog()

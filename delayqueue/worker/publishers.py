@@ -86,6 +86,10 @@ class Publisher(Protocol):
         (taken by no Celery worker yet); None when the broker cannot say."""
         ...
 
+    def queue_of(self, message: TaskMessage) -> str | None:
+        """The Celery queue ``message`` goes to, when this publisher routes it itself."""
+        ...
+
     def close(self) -> None:
         """Let go of any connection of its own."""
 
@@ -100,6 +104,9 @@ class SendTaskPublisher:
     waiting = 0  # send_task does not say
 
     def backlog(self) -> int | None:
+        return None
+
+    def queue_of(self, message: TaskMessage) -> str | None:
         return None
 
     def __init__(self, app: Celery) -> None:
@@ -232,6 +239,10 @@ class RedisListPublisher:
         self.waiting = max(
             int(reply) - len(payloads) for (_, payloads), reply in zip(pushes, replies, strict=True)
         )
+
+    def queue_of(self, message: TaskMessage) -> str | None:
+        route = self._route_of(message)
+        return None if route is None else str(route.queue.name)
 
     def backlog(self) -> int | None:
         lists = sorted(self._lists)
