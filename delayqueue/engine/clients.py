@@ -264,7 +264,17 @@ class SentinelRedis(Redis):
         finally:
             sentinel, self.sentinel_manager = self.sentinel_manager, None
             if sentinel is not None:
-                sentinel.close()
+                _close_sentinels(sentinel)
+
+
+def _close_sentinels(sentinel: Sentinel) -> None:
+    """``Sentinel.close()``; redis-py before 5.1 has none: its sentinel clients one by one."""
+    close = getattr(sentinel, "close", None)
+    if close is not None:
+        close()
+        return
+    for client in sentinel.sentinels:
+        client.close()
 
 
 def _sentinel_client(
@@ -298,7 +308,7 @@ def _sentinel_client(
         client.sentinel_manager = sentinel
         client.connection_pool.make_connection()  # builds it without connecting
     except (TypeError, ValueError) as exc:
-        sentinel.close()
+        _close_sentinels(sentinel)
         raise InvalidOption(f"REDIS_URL {redact_url(str(url))} is not usable: {exc}") from None
     return client
 
