@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 from asgiref.sync import async_to_sync, sync_to_async
+from django.conf import settings as django_settings
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -452,3 +453,115 @@ def test_the_event_loop_is_free_while_redis_is_slow(r: redis.Redis) -> None:
     ticks, waited = run(main())
     assert waited >= 0.25  # the write did wait for the pause
     assert ticks >= 10  # and the loop ran the ticker meanwhile
+
+
+# ---- the loop's shared connection (engine/async_direct.py) ----------------------------------
+
+
+@only_on("single")
+def test_a_shared_connection_redis_dropped_is_replaced_and_the_call_sent_again(
+    r: redis.Redis,
+) -> None:
+    async def calls() -> None:
+        await jobs.record.adelay_for("first", seconds=60)
+        clients = await loop_clients()
+        assert clients.direct is not None  # the single server's client shares one
+        r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        made = await asyncio.gather(*(jobs.record.adelay_for(i, seconds=60) for i in range(20)))
+        assert [job.state for job in made] == ["scheduled"] * 20
+
+    run(calls())
+    assert r.zcard(Q.scheduled) == 21
+
+
+@only_on("single")
+def test_no_reply_within_the_socket_timeout_is_redis_unavailable(
+    r: redis.Redis, settings: Any
+) -> None:
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "SOCKET_TIMEOUT": 0.3}
+
+    async def calls() -> float:
+        await jobs.record.adelay_for("warm", seconds=60)
+        r.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+        started = asyncio.get_running_loop().time()
+        try:
+            with pytest.raises(delayqueue.RedisUnavailable, match="Timeout"):
+                await jobs.record.adelay_for("paused", seconds=60)
+            return asyncio.get_running_loop().time() - started
+        finally:
+            r.execute_command("CLIENT", "UNPAUSE")
+
+    waited = run(calls())
+    assert 0.25 <= waited < 2.0  # the socket timeout, not the pause
+    assert run(jobs.record.adelay_for("after", seconds=60)).state == "scheduled"
+
+
+@only_on("single")
+def test_tls_and_an_acl_user(tmp_path: Any) -> None:
+    """rediss:// with a CA of the test's own and a user with only docs/redis-acl.md's
+    commands: the async calls connect, authenticate and run their scripts as the sync ones."""
+    from tests.redis_server import RedisServer, free_port
+
+    ca, cert, key = _certificates(tmp_path)
+    tls_port = free_port()
+    server = RedisServer(
+        extra=["--tls-port", str(tls_port), "--tls-cert-file", str(cert),
+               "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
+               "--tls-auth-clients", "no"]
+    ).start()  # fmt: skip
+    try:
+        admin = server.client()
+        admin.execute_command(
+            "ACL", "SETUSER", "dq", "reset", "on", ">pw", "~dq:*", "&dq:*", *ACL_COMMANDS.split()
+        )
+        url = f"rediss://dq:pw@localhost:{tls_port}/0?ssl_ca_certs={ca}"
+        with override_settings(DELAYQUEUE={**django_settings.DELAYQUEUE, "REDIS_URL": url}):
+
+            async def calls() -> None:
+                job = await jobs.record.adelay_for("tls", seconds=60, key="k")
+                assert (await jobs.record.areschedule(key="k", seconds=90)) is not None
+                made = await jobs.record.adelay_many([("a",), ("b",)], seconds=60)
+                assert await made[0].acancel() and await jobs.record.acancel(key="k")
+                assert job.state == "scheduled"
+
+            run(calls())
+        assert admin.zcard(Q.scheduled) == 1
+        assert admin.execute_command("ACL", "LOG") == []  # nothing refused
+        admin.close()
+    finally:
+        connection.reset()
+        server.cleanup()
+
+
+# The minimal command set of docs/redis-acl.md (library, delay worker, Celery side).
+ACL_COMMANDS = (
+    "+ping +evalsha +script|load +time "
+    "+hget +hmget +hset +hsetnx +hdel +hincrby "
+    "+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zcard +zpopmin "
+    "+del +exists +expire +type +get +sadd +smembers +publish +subscribe +hgetall"
+)
+
+
+def _certificates(folder: Any) -> tuple[Any, Any, Any]:
+    """A CA and a localhost certificate it signed (what Python 3.13's strict checks ask)."""
+    import subprocess
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    ca, ca_key, key, csr, cert = (
+        folder / n for n in ("ca.crt", "ca.key", "s.key", "s.csr", "s.crt")
+    )
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(ca), "-days", "1",
+            "-subj", "/CN=dq async test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    openssl("req", *ec, "-keyout", str(key), "-out", str(csr), "-subj", "/CN=localhost")
+    ext = folder / "san.ext"
+    ext.write_text(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nauthorityKeyIdentifier=keyid,issuer\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+    )
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+            "-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(ext))  # fmt: skip
+    return ca, cert, key
