@@ -34,11 +34,10 @@ from delayqueue.client import (
     _cancelled,
     _checked_batch,
     _chunks,
-    _defer,
+    _deferred,
     _durable,
     _enqueue_call,
     _flag,
-    _in_atomic_block,
     _moved,
     _reschedule_calls,
     _rescheduled_job,
@@ -134,12 +133,8 @@ async def areschedule(
 
 
 async def _asubmit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
-    """``client._submit``, awaited: Django's own answer to "inside atomic()?" for the code
-    that runs the coroutine (see the module's docs)."""
-    if on_commit and _in_atomic_block(using):
-        _defer(specs, using)
-        return
-    await _awrite(specs)
+    if not _deferred(specs, on_commit, using):
+        await _awrite(specs)
 
 
 async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:

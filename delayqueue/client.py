@@ -314,16 +314,18 @@ def _enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitio
 
 
 def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
-    # Outside atomic() there is nothing to wait for (and no need to touch the database).
+    if not _deferred(specs, on_commit, using):
+        _write(specs)
+
+
+def _deferred(specs: list[JobSpec], on_commit: bool, using: str | None) -> bool:
+    """Whether the jobs wait for the transaction this thread is in to commit (then they
+    are added to its pending write). Outside atomic() there is nothing to wait for (and no
+    need to touch the database)."""
     if on_commit and _in_atomic_block(using):
-        _defer(specs, using)
-        return
-    _write(specs)
-
-
-def _defer(specs: list[JobSpec], using: str | None) -> None:
-    """Add the jobs to the pending write of the transaction this thread is in."""
-    _at_commit(transaction.get_connection(using), using).specs += specs
+        _at_commit(transaction.get_connection(using), using).specs += specs
+        return True
+    return False
 
 
 def _in_atomic_block(using: str | None) -> bool:
