@@ -74,7 +74,7 @@ class LoopClients:
         return found
 
     async def aclose(self) -> None:
-        if self.closed or self.pid != os.getpid():  # (a parent's: its sockets, not ours)
+        if self.closed:
             return
         self.closed = True
         try:

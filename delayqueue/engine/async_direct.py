@@ -68,8 +68,6 @@ class SharedConnection:
             try:
                 link = await self._link_now()
                 reply = await link.send(packed)
-            except redis.AuthenticationError:
-                raise
             except redis.ConnectionError:  # (a timeout is raised: the call may have run)
                 failures += 1
                 if failures == 3:
