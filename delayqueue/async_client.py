@@ -48,7 +48,7 @@ from delayqueue.client import (
 )
 from delayqueue.engine import transitions
 from delayqueue.engine.async_clients import aremember_queue, loop_clients
-from delayqueue.engine.async_execution import arun, arun_all, arun_direct
+from delayqueue.engine.async_execution import arun, arun_all
 from delayqueue.engine.redis_errors import redis_errors
 
 T = TypeVar("T")
@@ -142,7 +142,7 @@ async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     if len(specs) == 1:
         job = specs[0].job
         await aremember_queue(job.queue)
-        reply = (await arun_direct(_enqueue_call(specs), durable=specs[0].durable))[0]
+        reply = (await arun(_enqueue_call(specs), durable=specs[0].durable))[0]
         _apply_reply(job, reply)
         _scheduled(job, reply)
         return

@@ -32,7 +32,6 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisClusterException
 
 from delayqueue.conf import get_settings
-from delayqueue.engine.async_direct import SharedConnection, usable
 from delayqueue.engine.clients import (
     check_cluster_url,
     client_options,
@@ -64,8 +63,6 @@ class LoopClients:
     scripts: dict[str, AsyncScript] = field(default_factory=dict)
     closer: Any = None  # the async generator the loop's shutdown_asyncgens() finalises
     closed: bool = False
-    direct: SharedConnection | None = None  # for calls safe to resend (engine/async_direct.py)
-    starting: asyncio.Future[None] | None = None  # until the first call has made them ready
 
     def script(self, name: str) -> AsyncScript:
         found = self.scripts.get(name)
@@ -78,8 +75,6 @@ class LoopClients:
             return
         self.closed = True
         try:
-            if self.direct is not None:
-                await self.direct.close()
             await self.client.aclose()
         finally:
             if self.sentinel is not None:
@@ -122,13 +117,10 @@ def _forget() -> None:
 
 
 async def loop_clients() -> LoopClients:
-    """The running loop's clients, made at its first use (the calls that come meanwhile
-    wait for them to be ready: a cluster client learns its slot map first)."""
+    """The running loop's clients, made at its first use."""
     loop = asyncio.get_running_loop()
     found = _by_loop.get(loop)
     if found is not None and found.generation == _generation and found.pid == os.getpid():
-        if found.starting is not None:
-            await asyncio.shield(found.starting)
         return found
     if found is not None:
         if found.pid != os.getpid():
@@ -138,30 +130,19 @@ async def loop_clients() -> LoopClients:
     _drop_closed_loops()
     made = _make()
     _by_loop[loop] = made
-    made.starting = starting = loop.create_future()
     made.closer = _close_at_loop_end(made)
-    try:
-        await made.closer.__anext__()  # the loop now knows it (sys.set_asyncgen_hooks)
-        if made.cluster:
-            await _learn_slots(made)
-    except BaseException as exc:
-        starting.set_exception(exc)
-        starting.exception()  # (retrieved: the waiters raise it)
-        await _close(made)
-        raise
-    made.starting = None
-    starting.set_result(None)
+    await made.closer.__anext__()  # the loop now knows it (sys.set_asyncgen_hooks)
+    if made.cluster:
+        with redis_errors():
+            try:
+                await made.client.initialize()  # the slot map, as the sync client's start
+            except (redis.RedisError, RedisClusterException) as exc:
+                await _close(made)
+                raise RedisUnavailable(
+                    f"Redis Cluster at {redact_url(str(get_settings().redis_url))} did not "
+                    f"answer ({exc})"
+                ) from None
     return made
-
-
-async def _learn_slots(made: LoopClients) -> None:
-    """The cluster's slot map, as the sync client learns it when made."""
-    try:
-        await made.client.initialize()
-    except (redis.RedisError, RedisClusterException) as exc:
-        raise RedisUnavailable(
-            f"Redis Cluster at {redact_url(str(get_settings().redis_url))} did not answer ({exc})"
-        ) from None
 
 
 async def _close_at_loop_end(clients: LoopClients) -> AsyncIterator[None]:
@@ -218,11 +199,7 @@ def _make() -> LoopClients:
         client = AsyncRedis.from_url(url, **options)
     except (TypeError, ValueError) as exc:
         raise InvalidOption(f"REDIS_URL {redact_url(url)} is not usable: {exc}") from None
-    return LoopClients(client, False, generation, pid, direct=_shared(client))
-
-
-def _shared(client: Any) -> SharedConnection | None:
-    return SharedConnection(client) if usable(client) else None
+    return LoopClients(client, False, generation, pid)
 
 
 def _sentinel_clients(

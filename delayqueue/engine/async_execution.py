@@ -38,22 +38,6 @@ async def arun(
     return call.parse(reply)
 
 
-async def arun_direct(
-    call: ScriptCall[ReplyT], *, durable: bool | None = None, strict: bool = True
-) -> ReplyT:
-    """``execution.run_direct`` on the running loop: a call safe to resend, on the loop's
-    shared connection (``engine/async_direct.py``) where it has one; else ``arun``."""
-    if not call.resend_safe:
-        raise ValueError(f"the {call.script} script is not safe to send twice")
-    clients = await loop_clients()
-    if clients.direct is None or durability(durable) is not None:
-        return await arun(call, durable=durable, strict=strict)
-    script = clients.script(call.script)
-    with redis_errors():
-        reply = await clients.direct.call(script.sha, script.script, call.keys, call.args)
-    return call.parse(reply)
-
-
 async def arun_many(
     calls: Sequence[ScriptCall[Any]], *, durable: bool | None = None, strict: bool = False
 ) -> list[Any]:
