@@ -93,9 +93,22 @@ def _pyenv_root() -> str:
         return os.path.expanduser("~/.pyenv")
 
 
+# redis-py annotates every sync reply as ``Awaitable[Any] | Any`` before 8.0 (mypy finds 137
+# errors in our code on 5.0.8, 132 on 7.4.1, none on 8.0.0). A row that runs an older
+# redis-py is type-checked against these annotations instead, put on MYPYPATH: the types
+# mypy checks are the same on every row, the runtime under test is the row's own.
+TYPING_REDIS = "redis==8.1.0"
+
+
 def _row(session: nox.Session, name: str) -> None:
     _, pins = ROWS[name]
     session.install("-e", ".[dev,demo]", *pins)
+    session.env["MYPY_CACHE_DIR"] = os.path.join(session.virtualenv.location, "mypy-cache")
+    redis_pin = next(pin for pin in pins if pin.startswith("redis"))
+    if "==" in redis_pin and int(redis_pin.split("==")[1].split(".")[0]) < 8:
+        typing_dir = os.path.join(session.virtualenv.location, "typing-redis")
+        session.install("--no-deps", "--upgrade", "--target", typing_dir, TYPING_REDIS)
+        session.env["MYPYPATH"] = typing_dir
     session.run("python", "-m", "pip", "check")
     session.run(
         "python", "-c",
