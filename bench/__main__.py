@@ -1,4 +1,4 @@
-"""``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...|cluster] [--aof]
+"""``python -m bench [--smoke] [--json PATH] [--only enqueue,claim,...|cluster|async] [--aof]
 [--celery-pool prefork --celery-concurrency 2 --celery-prefetch 4
 --celery-ack-emulation on]`` (Celery's defaults)"""
 
@@ -21,13 +21,14 @@ if TYPE_CHECKING:
     from bench.throughput import Sizes
 
 SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "memory", "scale")
-# Run only when named in --only: ``cluster`` starts a Redis Cluster and 8 processes of its own.
-OPT_IN = ("cluster",)
+# Run only when named in --only: ``cluster`` starts a Redis Cluster and 8 processes of its own;
+# ``async`` is the async API's (bench/async_enqueue.py).
+OPT_IN = ("cluster", "async")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]:
-    from bench import bursts, cluster, throughput, timing
+    from bench import async_enqueue, bursts, cluster, throughput, timing
 
     return {
         "enqueue": throughput.enqueue,
@@ -39,6 +40,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "memory": throughput.memory,
         "scale": throughput.scale,
         "cluster": cluster.cluster,
+        "async": async_enqueue.async_enqueue,
     }
 
 

@@ -28,6 +28,10 @@ __all__ = [
     "RedisReadOnly",
     "RedisUnavailable",
     "UnknownTask",
+    "acancel",
+    "adelay_many",
+    "aenqueue",
+    "areschedule",
     "cancel",
     "delay_many",
     "delayed_task",
@@ -58,10 +62,15 @@ from delayqueue.errors import (
 )
 
 if TYPE_CHECKING:
+    from delayqueue.async_client import acancel, adelay_many, aenqueue, areschedule
     from delayqueue.client import Job, JobSpec, cancel, delay_many, enqueue, reschedule, spec
     from delayqueue.decorator import DelayedTask, delayed_task
 
 _LAZY = {
+    "acancel": "delayqueue.async_client",
+    "adelay_many": "delayqueue.async_client",
+    "aenqueue": "delayqueue.async_client",
+    "areschedule": "delayqueue.async_client",
     "DelayedTask": "delayqueue.decorator",
     "delayed_task": "delayqueue.decorator",
     "Job": "delayqueue.client",

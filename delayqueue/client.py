@@ -62,6 +62,12 @@ class Job:
     def cancel(self) -> bool:
         return cancel(self.queue, self.id)
 
+    async def acancel(self) -> bool:
+        """``cancel()`` on the running event loop (delayqueue.async_client)."""
+        from delayqueue.async_client import acancel
+
+        return await acancel(self.queue, self.id)
+
 
 @dataclass
 class JobSpec:
@@ -258,18 +264,29 @@ def _write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
         _apply_reply(job, reply)
         _scheduled(job, reply)
         return
-    durable = _durable(specs)
     for queue in {s.job.queue for s in specs}:
         remember_queue(queue)
+    chunks = _chunks(specs)
+    replies = run_all([_enqueue_call(chunk) for chunk in chunks], durable=_durable(specs))
+    _written(chunks, replies, each_level)
+
+
+def _chunks(specs: list[JobSpec]) -> list[list[JobSpec]]:
+    """The jobs of a write, one enqueue call per queue and BATCH jobs."""
     by_queue: dict[str, list[JobSpec]] = {}
     for s in specs:
         by_queue.setdefault(s.job.queue, []).append(s)
-    chunks = [
+    return [
         group[start : start + BATCH]
         for group in by_queue.values()
         for start in range(0, len(group), BATCH)
     ]
-    replies = run_all([_enqueue_call(chunk) for chunk in chunks], durable=durable)
+
+
+def _written(
+    chunks: list[list[JobSpec]], replies: list[list[transitions.Enqueued]], each_level: int
+) -> None:
+    """The jobs' handles and events once their enqueue calls replied."""
     each = events.scheduled_wanted(each_level)  # a line or a signal per job
     for chunk, reply in zip(chunks, replies, strict=True):
         outcomes: dict[str, int] = {}
@@ -299,9 +316,14 @@ def _enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitio
 def _submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
     # Outside atomic() there is nothing to wait for (and no need to touch the database).
     if on_commit and _in_atomic_block(using):
-        _at_commit(transaction.get_connection(using), using).specs += specs
+        _defer(specs, using)
         return
     _write(specs)
+
+
+def _defer(specs: list[JobSpec], using: str | None) -> None:
+    """Add the jobs to the pending write of the transaction this thread is in."""
+    _at_commit(transaction.get_connection(using), using).specs += specs
 
 
 def _in_atomic_block(using: str | None) -> bool:
@@ -394,16 +416,21 @@ def delay_many(
     specs: Iterable[JobSpec], *, on_commit: bool = True, using: str | None = None
 ) -> list[Job]:
     """Write many jobs made with ``spec()`` in one round trip to Redis."""
+    batch = _checked_batch(specs, "delay_many")
+    if batch:
+        _submit(batch, on_commit, using)
+    return [s.job for s in batch]
+
+
+def _checked_batch(specs: Iterable[JobSpec], caller: str) -> list[JobSpec]:
     batch = list(specs)
     for index, item in enumerate(batch):
         if not isinstance(item, JobSpec):
             raise NotSerializable(
-                f"delay_many() takes what delayqueue.spec() returns; item {index} is a "
+                f"{caller}() takes what delayqueue.spec() returns; item {index} is a "
                 f"{type(item).__name__}"
             )
-    if batch:
-        _submit(batch, on_commit, using)
-    return [s.job for s in batch]
+    return batch
 
 
 def cancel(
@@ -411,10 +438,20 @@ def cancel(
 ) -> bool:
     """Remove a job that is still scheduled, by id or dedupe key; whether one was removed.
     ``durable``: as for ``enqueue`` (None: the DURABLE setting)."""
+    shards, key, calls = _cancel_calls(queue, job_id, key)
+    return _cancelled(shards, key, _run_on_shards(calls, _flag(durable)))
+
+
+def _cancel_calls(
+    queue: str, job_id: str | None, key: str | None
+) -> tuple[list[str], str, list[transitions.ScriptCall[transitions.Cancelled]]]:
+    """The shards asked, the key ("" for none) and a cancel call per shard."""
     job_id, key = _id_or_key(job_id, key)
     shards = _shards_to_ask(check_queue_name(queue), key)
-    calls = [transitions.cancel(queue_keys(q), job_id=job_id, key=key) for q in shards]
-    replies = _run_on_shards(calls, durable)
+    return shards, key, [transitions.cancel(queue_keys(q), job_id=job_id, key=key) for q in shards]
+
+
+def _cancelled(shards: list[str], key: str, replies: list[transitions.Cancelled]) -> bool:
     for shard, cancelled in zip(shards, replies, strict=True):
         if cancelled.removed:
             events.cancelled(SENDER_CLIENT, shard, cancelled.id, key or None)
@@ -423,10 +460,10 @@ def cancel(
 
 
 def _run_on_shards(calls: list[transitions.ScriptCall[T]], durable: bool | None) -> list[T]:
-    """One call per shard asked: alone, or all in one round trip."""
+    """One call per shard asked: alone, or all in one round trip (``durable`` checked)."""
     if len(calls) == 1:
-        return [run(calls[0], durable=_flag(durable))]
-    return run_all(calls, durable=_flag(durable))
+        return [run(calls[0], durable=durable)]
+    return run_all(calls, durable=durable)
 
 
 def _shards_to_ask(queue: str, key: str) -> list[str]:
@@ -448,6 +485,27 @@ def reschedule(
 ) -> Job | None:
     """Move a scheduled job to a new due time; None when no such job is scheduled.
     ``durable``: as for ``enqueue`` (None: the DURABLE setting)."""
+    shards, key, calls = _reschedule_calls(queue, job_id, key, delay, eta)
+    found = _moved(shards, key, _run_on_shards(calls, _flag(durable)))
+    if found is None:
+        return None
+    queue, moved = found
+    with redis_errors():
+        pipe = get_redis().pipeline(transaction=False)
+        for command in _task_name_reads(queue, moved.id):
+            pipe.execute_command(*command)
+        replies = pipe.execute(raise_on_error=False)
+    return _rescheduled_job(queue, moved, key, replies)
+
+
+def _reschedule_calls(
+    queue: str,
+    job_id: str | None,
+    key: str | None,
+    delay: float | timedelta | None,
+    eta: datetime | None,
+) -> tuple[list[str], str, list[transitions.ScriptCall[transitions.Rescheduled]]]:
+    """The shards asked, the key ("" for none) and a reschedule call per shard."""
     job_id, key = _id_or_key(job_id, key)
     mode, ms = to_due(delay, eta)
     shards = _shards_to_ask(check_queue_name(queue), key)
@@ -455,35 +513,39 @@ def reschedule(
         transitions.reschedule(queue_keys(q), job_id=job_id, key=key, mode=mode, ms=ms)
         for q in shards
     ]
-    replies = _run_on_shards(calls, durable)
-    found = [
-        (q, moved) for q, moved in zip(shards, replies, strict=True) if moved.due_ms is not None
-    ]
-    if not found:
-        return None
-    queue, moved = found[0]
-    if moved.due_ms is None:
-        return None  # (not so: found holds due times only; for the type checker)
+    return shards, key, calls
+
+
+def _moved(
+    shards: list[str], key: str, replies: list[transitions.Rescheduled]
+) -> tuple[str, transitions.Rescheduled] | None:
+    """The shard and reply of the job moved, its event reported; None when none was."""
+    for queue, moved in zip(shards, replies, strict=True):
+        if moved.due_ms is not None:
+            events.rescheduled(SENDER_CLIENT, queue, moved.id, moved.due_ms, key or None)
+            return queue, moved
+    return None
+
+
+def _task_name_reads(queue: str, job_id: str) -> list[tuple[Any, ...]]:
+    """The commands (one round trip) that read a moved job's task name."""
     keys = queue_keys(queue)
-    found_id = moved.id
-    events.rescheduled(SENDER_CLIENT, queue, found_id, moved.due_ms, key or None)
-    with redis_errors():
-        pipe = get_redis().pipeline(transaction=False)
-        pipe.hget(keys.job(found_id), "task")
-        pipe.hget(keys.spec_bucket(found_id), found_id)
-        # The job is moved: a key of the wrong type (corrupt data) only leaves its task
-        # name unknown here, it does not make the call look as if it failed.
-        in_hash, spec = (
-            None if isinstance(reply, Exception) else reply
-            for reply in pipe.execute(raise_on_error=False)
-        )
-        name = job_fields({"task": in_hash} if in_hash else {}, spec).get("task", "")
+    return [("HGET", keys.job(job_id), "task"), ("HGET", keys.spec_bucket(job_id), job_id)]
+
+
+def _rescheduled_job(
+    queue: str, moved: transitions.Rescheduled, key: str, replies: list[Any]
+) -> Job:
+    # The job is moved: a key of the wrong type (corrupt data) only leaves its task name
+    # unknown here, it does not make the call look as if it failed.
+    in_hash, spec = (None if isinstance(reply, Exception) else reply for reply in replies)
+    name = job_fields({"task": in_hash} if in_hash else {}, spec).get("task", "")
     return Job(
-        id=found_id,
+        id=moved.id,
         queue=queue,
         task=str(name),
         key=key or None,
-        due_at=datetime.fromtimestamp(moved.due_ms / 1000, tz=UTC),
+        due_at=datetime.fromtimestamp((moved.due_ms or 0) / 1000, tz=UTC),
         state="scheduled",
     )
 

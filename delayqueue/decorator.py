@@ -13,7 +13,7 @@ from celery.local import Proxy
 # delayqueue's own Celery tasks (run_batch, run_task) go wherever a @delayed_task goes: a
 # Celery app that lists its task modules itself (include=[...]) and never autodiscovers
 # still runs every form the delay worker sends.
-from delayqueue import client, tasks  # noqa: F401
+from delayqueue import async_client, client, tasks  # noqa: F401
 from delayqueue.engine.keys import check_queue_name
 from delayqueue.engine.shards import declare
 from delayqueue.errors import InvalidOption
@@ -125,13 +125,29 @@ class DelayedTask(_TaskBase):
     ) -> list[client.Job]:
         """Schedule one job per args tuple in ``calls``, all with the same delay, in one
         round trip."""
+        return client.delay_many(
+            self._many_specs(calls, seconds, minutes, hours, days, delta, durable),
+            on_commit=on_commit,
+        )
+
+    def _many_specs(
+        self,
+        calls: Iterable[Sequence[Any]],
+        seconds: float | None,
+        minutes: float | None,
+        hours: float | None,
+        days: float | None,
+        delta: timedelta | None,
+        durable: bool | None,
+    ) -> list[client.JobSpec]:
+        """The checked jobs of ``delay_many`` and ``adelay_many``."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
         specs = client.spec_many(self, calls, delay=delay)
         if durable is not None:
             check_flag(durable, "durable")
             for s in specs:
                 s.durable = durable
-        return client.delay_many(specs, on_commit=on_commit)
+        return specs
 
     def cancel(
         self, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
@@ -161,6 +177,106 @@ class DelayedTask(_TaskBase):
                 seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
             )
         return client.reschedule(
+            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
+        )
+
+    # ---- the same on an event loop (delayqueue.async_client): awaited, no thread --------
+
+    async def adelay_for(
+        self,
+        *args: Any,
+        seconds: float | None = None,
+        minutes: float | None = None,
+        hours: float | None = None,
+        days: float | None = None,
+        delta: timedelta | None = None,
+        key: str | None = None,
+        on_conflict: client.OnConflict = "keep",
+        on_commit: bool = True,
+        durable: bool | None = None,
+        **kwargs: Any,
+    ) -> client.Job:
+        """``delay_for``, awaited on the running event loop."""
+        delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
+        return await async_client.aenqueue(
+            self,
+            args,
+            kwargs,
+            delay=delay,
+            key=key,
+            on_conflict=on_conflict,
+            on_commit=on_commit,
+            durable=durable,
+        )
+
+    async def adelay_until(
+        self,
+        *args: Any,
+        eta: datetime,
+        key: str | None = None,
+        on_conflict: client.OnConflict = "keep",
+        on_commit: bool = True,
+        durable: bool | None = None,
+        **kwargs: Any,
+    ) -> client.Job:
+        """``delay_until``, awaited on the running event loop."""
+        return await async_client.aenqueue(
+            self,
+            args,
+            kwargs,
+            eta=eta,
+            key=key,
+            on_conflict=on_conflict,
+            on_commit=on_commit,
+            durable=durable,
+        )
+
+    async def adelay_many(
+        self,
+        calls: Iterable[Sequence[Any]],
+        *,
+        seconds: float | None = None,
+        minutes: float | None = None,
+        hours: float | None = None,
+        days: float | None = None,
+        delta: timedelta | None = None,
+        on_commit: bool = True,
+        durable: bool | None = None,
+    ) -> list[client.Job]:
+        """``delay_many``, awaited on the running event loop: one round trip."""
+        return await async_client.adelay_many(
+            self._many_specs(calls, seconds, minutes, hours, days, delta, durable),
+            on_commit=on_commit,
+        )
+
+    async def acancel(
+        self, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
+    ) -> bool:
+        """``cancel``, awaited on the running event loop."""
+        durable = self.dq_durable if durable is None else durable
+        return await async_client.acancel(self.delay_queue, job_id, key=key, durable=durable)
+
+    async def areschedule(
+        self,
+        job_id: str | None = None,
+        *,
+        key: str | None = None,
+        seconds: float | None = None,
+        minutes: float | None = None,
+        hours: float | None = None,
+        days: float | None = None,
+        delta: timedelta | None = None,
+        eta: datetime | None = None,
+        durable: bool | None = None,
+    ) -> client.Job | None:
+        """``reschedule``, awaited on the running event loop."""
+        durable = self.dq_durable if durable is None else durable
+        delay = None
+        if eta is None:
+            delay = delay_seconds(
+                seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
+            )
+        return await async_client.areschedule(
             self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
         )
 

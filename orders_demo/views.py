@@ -4,11 +4,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib import messages
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import aget_object_or_404, get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -148,3 +149,79 @@ def pay_order(request: HttpRequest, order_id: int) -> HttpResponse:
     else:
         messages.success(request, f"Order #{order.id} paid.")
     return redirect("order_list")
+
+
+# ---- the same two steps as async views (served by orders_demo/asgi.py) ----------------------
+#
+# Django runs transactions in sync code only: the rows are written in sync_to_async, and the
+# close job is scheduled with the async API once that transaction has committed.
+
+
+@require_POST
+async def place_order_async(request: HttpRequest) -> HttpResponse:
+    form = PlaceOrderForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose a quantity between 1 and 1000.")
+        return redirect("product_list")
+    quantity = form.cleaned_data["quantity"]
+    timeout = settings.ORDER_PAYMENT_TIMEOUT
+    product = await aget_object_or_404(Product, pk=form.cleaned_data["product_id"])
+    order = await sync_to_async(_reserve)(product.pk, quantity, timeout)
+    if order is None:
+        messages.error(request, f"Not enough {product.name} left in stock.")
+        return redirect("product_list")
+    # Written at once: the order's transaction has committed (the module docs of
+    # delayqueue.async_client say what on_commit means in async code).
+    job = await close_unpaid_order.adelay_for(
+        order.id, seconds=timeout, key=close_job_key(order.id)
+    )
+    order.close_job_id = job.id
+    await order.asave(update_fields=["close_job_id"])
+    messages.success(
+        request,
+        f"Order #{order.id} placed. Pay within {format_duration(timeout)} "
+        "or it will be closed and the stock released.",
+    )
+    return redirect("order_list")
+
+
+def _reserve(product_id: int, quantity: int, timeout: int) -> Order | None:
+    """Take the stock and create the order in one transaction; None when the stock is short."""
+    with transaction.atomic():
+        product = Product.objects.select_for_update().get(pk=product_id)
+        if product.stock < quantity:
+            return None
+        product.stock -= quantity
+        product.save(update_fields=["stock"])
+        return Order.objects.create(
+            product=product,
+            quantity=quantity,
+            payment_due_at=timezone.now() + timedelta(seconds=timeout),
+        )
+
+
+@require_POST
+async def pay_order_async(request: HttpRequest, order_id: int) -> HttpResponse:
+    order = await aget_object_or_404(Order, pk=order_id)
+    status = await sync_to_async(_mark_paid)(order.pk)
+    if status == Order.Status.CLOSED:
+        messages.error(request, f"Too late, order #{order.id} closed: it was not paid in time.")
+    elif status == Order.Status.PAID:
+        messages.info(request, f"Order #{order.id} is already paid.")
+    elif await close_unpaid_order.acancel(key=close_job_key(order.id)):
+        messages.success(request, f"Order #{order.id} paid; its close job was cancelled.")
+    else:
+        messages.success(request, f"Order #{order.id} paid.")
+    return redirect("order_list")
+
+
+def _mark_paid(order_id: int) -> str | None:
+    """Mark a pending order paid; the status it had when it was not pending, else None."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().get(pk=order_id)
+        if order.status != Order.Status.PENDING:
+            return str(order.status)
+        order.status = Order.Status.PAID
+        order.paid_at = timezone.now()
+        order.save(update_fields=["status", "paid_at"])
+    return None

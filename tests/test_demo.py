@@ -76,11 +76,19 @@ def stop_demo(demo: subprocess.Popen[bytes]) -> int:
         raise
 
 
-def test_run_demo_closes_an_unpaid_order_and_stops_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("served_by", "place"),
+    [("runserver", "/orders/new/"), ("asgi", "/async/orders/new/")],
+    ids=["runserver", "uvicorn-async-view"],
+)
+def test_run_demo_closes_an_unpaid_order_and_stops_cleanly(
+    tmp_path: Path, served_by: str, place: str
+) -> None:
     web_port, redis_port = free_port(), free_port()
     # Nothing there: run_demo starts it.
     env = demo_env(tmp_path, f"redis://127.0.0.1:{redis_port}/5", ORDER_PAYMENT_TIMEOUT="1")
-    demo = start_demo(tmp_path, env, "--port", str(web_port))
+    asgi = ["--asgi"] if served_by == "asgi" else []
+    demo = start_demo(tmp_path, env, "--port", str(web_port), *asgi)
     base = f"http://127.0.0.1:{web_port}"
     opener = urllib.request.build_opener(
         urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
@@ -99,8 +107,9 @@ def test_run_demo_closes_an_unpaid_order_and_stops_cleanly(tmp_path: Path) -> No
         product = re.search(r'name="product_id" value="(\d+)"', shop)
         assert token and product, shop
         form = {"csrfmiddlewaretoken": token[1], "product_id": product[1], "quantity": "1"}
+        assert "Order (async view)" in shop
         request = urllib.request.Request(
-            base + "/orders/new/", data=urllib.parse.urlencode(form).encode(), method="POST"
+            base + place, data=urllib.parse.urlencode(form).encode(), method="POST"
         )
         with opener.open(request, timeout=10) as response:
             assert response.status == 200  # after the redirect to the order list
@@ -113,6 +122,7 @@ def test_run_demo_closes_an_unpaid_order_and_stops_cleanly(tmp_path: Path) -> No
     output = demo_output(tmp_path)
     assert code == 0, output
     assert "Shop:" in output
+    assert ("uvicorn (ASGI) on" in output) == (served_by == "asgi"), output
     assert f"Started redis-server on port {redis_port} for the demo" in output
     assert f"redis://127.0.0.1:{redis_port}/5 (database 5; delayqueue's keys dq:*" in output
     # The banner's tip is the README's command (with the interpreter that runs it: the

@@ -27,6 +27,7 @@ CORE_MODULES = [
     "tests/test_end_to_end.py",
     "tests/test_admin.py",
     "tests/test_shards.py",
+    "tests/test_async_api.py",
 ]
 
 # What the parent run set for its own single server: the child starts its own topology.

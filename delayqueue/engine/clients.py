@@ -53,11 +53,20 @@ def _make_client(*, decode: bool) -> Redis:
         cluster=config.redis_cluster,
         sentinel_master=config.sentinel_master,
         sentinel_kwargs=config.sentinel_kwargs,
-        decode_responses=decode,
-        socket_timeout=config.socket_timeout,
-        socket_connect_timeout=config.socket_timeout,
-        health_check_interval=30,
+        **client_options(decode=decode),
     )
+
+
+def client_options(*, decode: bool) -> dict[str, Any]:
+    """The connection options of delayqueue's clients, sync and asyncio alike
+    (``engine/async_clients.py``)."""
+    config = get_settings()
+    return {
+        "decode_responses": decode,
+        "socket_timeout": config.socket_timeout,
+        "socket_connect_timeout": config.socket_timeout,
+        "health_check_interval": 30,
+    }
 
 
 def client_from_url(
@@ -366,6 +375,16 @@ def remember_queue(queue: str) -> None:
         with redis_errors():
             get_redis().sadd(global_keys().queues, queue)
         _known_queues.add(queue)
+
+
+def queue_remembered(queue: str) -> bool:
+    """Whether this process has added ``queue`` to the registry (``remember_queue``)."""
+    return queue in _known_queues
+
+
+def queue_added(queue: str) -> None:
+    """Note that ``queue`` is in the registry (the asyncio client added it)."""
+    _known_queues.add(queue)
 
 
 def redis_now_ms(client: Redis | None = None) -> int:

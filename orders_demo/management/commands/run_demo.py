@@ -153,8 +153,13 @@ class Command(BaseCommand):
             action="store_true",
             help="Never start redis-server; expect Redis to be running at REDIS_URL.",
         )
+        parser.add_argument(
+            "--asgi",
+            action="store_true",
+            help="Serve the shop with uvicorn (orders_demo/asgi.py) instead of runserver.",
+        )
 
-    def handle(self, *args: Any, port: int, no_redis: bool, **options: Any) -> None:
+    def handle(self, *args: Any, port: int, no_redis: bool, asgi: bool, **options: Any) -> None:
         base_dir = Path(settings.BASE_DIR)
         self.check_port(port)
         stop_requested = threading.Event()
@@ -167,7 +172,7 @@ class Command(BaseCommand):
             if stop_requested.is_set():
                 return
             self.check_port(port)  # again: the database steps may have taken a while
-            children = self.start_demo_processes(base_dir, port)
+            children = self.start_demo_processes(base_dir, port, asgi)
             cleanup.callback(stop_children, children)
             self.print_banner(port, children, redis_child)
             watched = [*children, redis_child] if redis_child else children
@@ -282,16 +287,26 @@ class Command(BaseCommand):
                 "never use it on a server anyone else can reach."
             )
 
-    def start_demo_processes(self, base_dir: Path, port: int) -> list[Child]:
+    def start_demo_processes(self, base_dir: Path, port: int, asgi: bool) -> list[Child]:
         manage_py = str(base_dir / "manage.py")
         python = sys.executable
-        return [
-            start_child(
+        if asgi:
+            web = start_child(
+                "web",
+                f"uvicorn (ASGI) on 127.0.0.1:{port}",
+                [python, "-m", "uvicorn", "orders_demo.asgi:application",
+                 "--host", "127.0.0.1", "--port", str(port)],
+                base_dir,
+            )  # fmt: skip
+        else:
+            web = start_child(
                 "web",
                 f"Django runserver on 127.0.0.1:{port}",
                 [python, manage_py, "runserver", f"127.0.0.1:{port}", "--noreload"],
                 base_dir,
-            ),
+            )
+        return [
+            web,
             start_child(
                 "celery",
                 "Celery worker, runs close_unpaid_order",

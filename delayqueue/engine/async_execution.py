@@ -1,0 +1,182 @@
+"""Running the calls ``transitions`` builds on the running loop's redis.asyncio client
+(``engine/async_clients.py``): the same ``ScriptCall`` objects, scripts, errors and
+durability as ``engine/execution.py``, with the round trip awaited instead of blocking.
+
+One call is the script's ``AsyncScript`` (EVALSHA; SCRIPT LOAD and again on NOSCRIPT). Many
+calls go in one pipeline; only those Redis refused for a missing script are sent again. A
+durable call is followed by ``WAIT`` in the same round trip on the same connection (on a
+cluster, one per master the calls went to)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from redis.asyncio.cluster import PipelineCommand
+from redis.exceptions import AskError, NoPermissionError, NoScriptError
+
+from delayqueue.engine.async_clients import LoopClients, loop_clients
+from delayqueue.engine.execution import Wait, durability, logger
+from delayqueue.engine.redis_errors import redis_errors, translate
+from delayqueue.engine.transitions import ReplyT, ScriptCall
+from delayqueue.errors import DelayQueueError, NotDurable
+
+
+async def arun(
+    call: ScriptCall[ReplyT], *, durable: bool | None = None, strict: bool = True
+) -> ReplyT:
+    """``execution.run`` on the running loop: one script call and its read reply."""
+    if durability(durable) is not None:
+        (reply,) = await arun_many([call], durable=True, strict=strict)
+        if isinstance(reply, DelayQueueError):
+            raise reply
+        return cast(ReplyT, reply)
+    clients = await loop_clients()
+    script = clients.script(call.script)
+    with redis_errors():
+        reply = await script(keys=call.keys, args=call.args)
+    return call.parse(reply)
+
+
+async def arun_direct(
+    call: ScriptCall[ReplyT], *, durable: bool | None = None, strict: bool = True
+) -> ReplyT:
+    """``execution.run_direct`` on the running loop: a call safe to resend, on the loop's
+    shared connection (``engine/async_direct.py``) where it has one; else ``arun``."""
+    if not call.resend_safe:
+        raise ValueError(f"the {call.script} script is not safe to send twice")
+    clients = await loop_clients()
+    if clients.direct is None or durability(durable) is not None:
+        return await arun(call, durable=durable, strict=strict)
+    script = clients.script(call.script)
+    with redis_errors():
+        reply = await clients.direct.call(script.sha, script.script, call.keys, call.args)
+    return call.parse(reply)
+
+
+async def arun_many(
+    calls: Sequence[ScriptCall[Any]], *, durable: bool | None = None, strict: bool = False
+) -> list[Any]:
+    """``execution.run_many`` on the running loop: each item is the call's read reply, or
+    the DelayQueueError its script raised."""
+    if not calls:
+        return []
+    clients = await loop_clients()
+    wait = durability(durable)
+    with redis_errors():
+        replies, acked = await _pipelined(clients, calls, wait)
+    if wait is not None and acked < wait.replicas:
+        short = not_durable(len(calls), acked, wait)
+        if strict:
+            raise short
+        logger.warning("%s", short)
+    return [
+        translate(reply) if isinstance(reply, Exception) else call.parse(reply)
+        for call, reply in zip(calls, replies, strict=True)
+    ]
+
+
+async def arun_all(
+    calls: Sequence[ScriptCall[Any]], *, durable: bool | None = None, strict: bool = True
+) -> list[Any]:
+    """``arun_many``, raising the first error instead of returning it."""
+    replies = await arun_many(calls, durable=durable, strict=strict)
+    for reply in replies:
+        if isinstance(reply, DelayQueueError):
+            raise reply
+    return replies
+
+
+def not_durable(writes: int, acked: int, wait: Wait) -> NotDurable:
+    noun = "1 write" if writes == 1 else f"{writes} writes"
+    return NotDurable(
+        f"{noun} reached the master but {acked} of {wait.replicas} replicas acknowledged "
+        f"them within {wait.timeout_ms} ms (WAIT): they are written, and a failover before a "
+        "replica copies them could lose them (DURABLE needs replicas: Sentinel, Cluster or a "
+        "managed Redis with replicas)"
+    )
+
+
+async def _pipelined(
+    clients: LoopClients, calls: Sequence[ScriptCall[Any]], wait: Wait | None
+) -> tuple[list[Any], int]:
+    """``execution.run_pipelined``: the calls in one round trip, a lost script loaded and
+    only the calls it refused sent again."""
+    replies, acked = await _execute(clients, list(calls), wait)
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:
+        for name in {calls[i].script for i in missing}:
+            await clients.client.script_load(clients.script(name).script)
+        again, acked_again = await _execute(clients, [calls[i] for i in missing], wait)
+        acked = min(acked, acked_again)
+        for i, reply in zip(missing, again, strict=True):
+            replies[i] = reply
+    return replies, acked
+
+
+async def _execute(
+    clients: LoopClients, calls: list[ScriptCall[Any]], wait: Wait | None
+) -> tuple[list[Any], int]:
+    if wait is not None and clients.cluster:
+        return await _execute_durable_on_cluster(clients, calls, wait)
+    pipe = clients.client.pipeline(transaction=False)
+    for call in calls:
+        sha = clients.script(call.script).sha
+        pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+    if wait is None:
+        return list(await pipe.execute(raise_on_error=False)), 0
+    pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+    *replies, acked = await pipe.execute(raise_on_error=False)
+    if isinstance(acked, Exception):  # NOPERM (the ACL lacks +wait), not "no replica"
+        raise acked
+    return replies, int(acked)
+
+
+async def _execute_durable_on_cluster(
+    clients: LoopClients, calls: list[ScriptCall[Any]], wait: Wait
+) -> tuple[list[Any], int]:
+    """``execution._execute_durable_on_cluster``: each master's calls and their WAIT on one
+    of that master's connections; a call MOVED by a stale slot map did not run, and is sent
+    to the master that holds its slot now (the map learned again), with a WAIT of its own."""
+    client = clients.client
+    replies: list[Any] = [None] * len(calls)
+    acked = wait.replicas
+    pending = list(range(len(calls)))
+    for attempt in range(3):
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i in pending:
+            node = client.get_node_from_key(calls[i].keys[0])
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        moved: list[int] = []
+        for node, indexes in groups.values():
+            commands = [
+                PipelineCommand(
+                    n,
+                    "EVALSHA",
+                    clients.script(calls[i].script).sha,
+                    len(calls[i].keys),
+                    *calls[i].keys,
+                    *calls[i].args,
+                )
+                for n, i in enumerate(indexes)
+            ]
+            commands.append(PipelineCommand(len(indexes), "WAIT", wait.replicas, wait.timeout_ms))
+            await node.execute_pipeline(commands)
+            *answers, node_acked = [command.result for command in commands]
+            for i, answer in zip(indexes, answers, strict=True):
+                replies[i] = answer
+                if isinstance(answer, AskError) and attempt < 2:
+                    moved.append(i)
+            ran = len(indexes) > sum(isinstance(answer, AskError) for answer in answers)
+            if isinstance(node_acked, Exception):
+                if "NOPERM" in str(node_acked) or isinstance(node_acked, NoPermissionError):
+                    raise node_acked
+                if ran:
+                    acked = 0
+            elif ran:
+                acked = min(acked, int(node_acked))
+        if not moved:
+            break
+        await client.nodes_manager.initialize()
+        pending = moved
+    return replies, acked
