@@ -5,9 +5,12 @@ the sync API.
 redis-py's asyncio client takes a connection from its pool per command (a connection per
 concurrent call: a round trip and a wake-up of its own for each) and spends most of a call's
 CPU on its Python command packing and per-command timeouts. Here every call on the loop is
-written to one connection at once, without waiting for the replies before it (Redis answers
-a connection's commands in order); one reader task parses the replies with hiredis and hands
-each to its caller, in order. A hundred concurrent calls share a few reads and writes.
+written to one connection, without waiting for the replies before it (Redis answers a
+connection's commands in order): at once when nothing is in flight, else with the others of
+the same turn of the loop. The link takes the connection's transport over as its protocol
+(``transport.set_protocol``): replies are parsed with hiredis in ``data_received`` and handed
+to their callers in order, with no reader task between, so an awaited call costs two turns
+of the loop. A hundred concurrent calls share a few reads and writes.
 
 The connection is redis-py's own (``connect()`` does TLS, AUTH/ACL users, HELLO, SELECT),
 and only for a plain ``redis.asyncio.Redis`` (not Sentinel's connections, which turn
@@ -114,12 +117,13 @@ class SharedConnection:
             await link.close()
 
 
-class _Link:
-    """One connected connection: calls written as they come, replies read by one task."""
+class _Link(asyncio.Protocol):
+    """One connected connection whose transport this object takes over as its protocol:
+    calls written as they come, replies parsed in ``data_received`` and handed to their
+    callers in order, with no reader task between (a reply costs one turn of the loop)."""
 
     def __init__(self, connection: Any, timeout: float | None) -> None:
         self.connection = connection
-        self.writer: asyncio.StreamWriter = connection._writer
         encoder = connection.encoder
         decoding = (
             {"encoding": encoder.encoding, "errors": encoder.encoding_errors}
@@ -136,7 +140,11 @@ class _Link:
         self.failed: BaseException | None = None
         self.used = time.monotonic()
         self.loop = asyncio.get_running_loop()
-        self.reading = self.loop.create_task(self._read(connection._reader))
+        self.transport: asyncio.Transport = connection._writer.transport
+        leftover = bytes(getattr(connection._reader, "_buffer", b""))  # (none after HELLO)
+        self.transport.set_protocol(self)
+        if leftover:
+            self.parser.feed(leftover)
 
     def usable(self, idle_limit: float | None) -> bool:
         """Not failed, and not idle past the health-check interval (a connection a NAT or
@@ -150,42 +158,52 @@ class _Link:
             raise redis.ConnectionError(f"Error while talking to Redis: {self.failed}")
         future = self.loop.create_future()
         self.waiting.append((future, time.monotonic()))
-        # Written once per turn of the loop: the calls made meanwhile go in one send.
+        if self.timeout is not None and self.timer is None:
+            self.timer = self.loop.call_later(self.timeout, self._check_timeout)
+        if len(self.waiting) == 1:  # nothing in flight: written at once
+            self._write([packed])
+            return future
+        # Calls made while others are in flight go out together, once per turn of the loop.
         if not self.outgoing:
             self.loop.call_soon(self._flush)
         self.outgoing.append(packed)
-        if self.timeout is not None and self.timer is None:
-            self.timer = self.loop.call_later(self.timeout, self._check_timeout)
         return future
 
     def _flush(self) -> None:
         outgoing, self.outgoing = self.outgoing, []
         if self.failed is None and outgoing:
-            try:
-                self.writer.write(b"".join(outgoing))
-            except Exception as exc:  # a transport closed under it: the calls fail over
-                self._fail(_connection_error(exc))
+            self._write(outgoing)
 
-    async def _read(self, stream: asyncio.StreamReader) -> None:
-        parser, waiting = self.parser, self.waiting
+    def _write(self, packed: list[bytes]) -> None:
         try:
-            while True:
-                data = await stream.read(65536)
-                if not data:
-                    raise redis.ConnectionError("Connection closed by server.")
-                parser.feed(data)
-                while (reply := parser.gets()) is not False:
-                    if _PUSH is not None and isinstance(reply, _PUSH):
-                        continue  # a RESP3 push (a server's notice) is not a reply
-                    future, _ = waiting.popleft()
-                    if not future.done():
-                        future.set_result(reply)
-                self.used = time.monotonic()
-        except asyncio.CancelledError:
-            self._fail(redis.ConnectionError("the event loop is closing"))
-            raise
+            self.transport.write(b"".join(packed))
+        except Exception as exc:  # a transport closed under it: the calls fail over
+            self._fail(_connection_error(exc))
+
+    # asyncio.Protocol: called by the loop when Redis replies or the connection ends.
+    def data_received(self, data: bytes) -> None:
+        parser, waiting = self.parser, self.waiting
+        parser.feed(data)
+        try:
+            while (reply := parser.gets()) is not False:
+                if _PUSH is not None and isinstance(reply, _PUSH):
+                    continue  # a RESP3 push (a server's notice) is not a reply
+                if not waiting:
+                    raise InvalidResponse("a reply nobody asked for")
+                future, _ = waiting.popleft()
+                if not future.done():
+                    future.set_result(reply)
         except Exception as exc:
             self._fail(exc if isinstance(exc, redis.RedisError) else _connection_error(exc))
+            return
+        self.used = time.monotonic()
+
+    def eof_received(self) -> bool:
+        self._fail(redis.ConnectionError("Connection closed by server."))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(_connection_error(exc) if exc else redis.ConnectionError("Connection closed."))
 
     def _check_timeout(self) -> None:
         """Fail the connection when its oldest call has waited a socket timeout."""
@@ -208,17 +226,14 @@ class _Link:
             future, _ = self.waiting.popleft()
             if not future.done():
                 future.set_exception(error)
-        self.connection._close()  # the transport, at once: no reply can be matched now
-        if not self.reading.done() and asyncio.current_task() is not self.reading:
-            self.reading.cancel()
+        self.transport.abort()  # at once: no reply can be matched to its call now
 
     async def close(self) -> None:
         if self.failed is None:
             self._fail(redis.ConnectionError("connection closed"))
-        if not self.reading.done():
-            self.reading.cancel()
-        await asyncio.gather(self.reading, return_exceptions=True)  # (its end: cancelled)
-        await self.connection.disconnect()
+        # The transport is aborted, and its protocol is this object, not the stream's:
+        # redis-py's disconnect() would wait for the stream to hear of it, which it never does.
+        self.connection._close()
 
 
 def _connection_error(exc: BaseException) -> redis.ConnectionError:
