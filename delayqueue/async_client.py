@@ -43,14 +43,13 @@ from delayqueue.client import (
     _reschedule_calls,
     _rescheduled_job,
     _scheduled,
-    _task_name_reads,
     _written,
     spec,
 )
-from delayqueue.engine import transitions
-from delayqueue.engine.async_clients import aremember_queue, loop_clients
+from delayqueue.engine import record, transitions
+from delayqueue.engine.async_clients import aremember_queue
 from delayqueue.engine.async_execution import arun, arun_all, arun_direct
-from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.keys import queue_keys
 
 T = TypeVar("T")
 
@@ -124,13 +123,8 @@ async def areschedule(
     if found is None:
         return None
     queue, moved = found
-    clients = await loop_clients()
-    with redis_errors():
-        pipe = clients.client.pipeline(transaction=False)
-        for command in _task_name_reads(queue, moved.id):
-            pipe.execute_command(*command)
-        replies = await pipe.execute(raise_on_error=False)
-    return _rescheduled_job(queue, moved, key, list(replies))
+    task = await record.aread_task_name(queue_keys(queue), moved.id)
+    return _rescheduled_job(queue, moved, key, task)
 
 
 async def _asubmit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:

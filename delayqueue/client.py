@@ -18,12 +18,11 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from delayqueue import events
 from delayqueue.conf import WAKE_HORIZON_MS, Settings, get_settings
-from delayqueue.engine import transitions
-from delayqueue.engine.clients import get_redis, remember_queue
+from delayqueue.engine import record, transitions
+from delayqueue.engine.clients import remember_queue
 from delayqueue.engine.execution import run, run_all, run_direct
 from delayqueue.engine.keys import check_job_id, check_queue_name, new_job_id, queue_keys
-from delayqueue.engine.packing import job_fields, pack
-from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for, shard_names
 from delayqueue.errors import InvalidJobId, NotSerializable, UnknownTask
 from delayqueue.payload import encode_args
@@ -490,12 +489,7 @@ def reschedule(
     if found is None:
         return None
     queue, moved = found
-    with redis_errors():
-        pipe = get_redis().pipeline(transaction=False)
-        for command in _task_name_reads(queue, moved.id):
-            pipe.execute_command(*command)
-        replies = pipe.execute(raise_on_error=False)
-    return _rescheduled_job(queue, moved, key, replies)
+    return _rescheduled_job(queue, moved, key, record.read_task_name(queue_keys(queue), moved.id))
 
 
 def _reschedule_calls(
@@ -527,23 +521,13 @@ def _moved(
     return None
 
 
-def _task_name_reads(queue: str, job_id: str) -> list[tuple[Any, ...]]:
-    """The commands (one round trip) that read a moved job's task name."""
-    keys = queue_keys(queue)
-    return [("HGET", keys.job(job_id), "task"), ("HGET", keys.spec_bucket(job_id), job_id)]
-
-
-def _rescheduled_job(
-    queue: str, moved: transitions.Rescheduled, key: str, replies: list[Any]
-) -> Job:
+def _rescheduled_job(queue: str, moved: transitions.Rescheduled, key: str, task: str) -> Job:
     # The job is moved: a key of the wrong type (corrupt data) only leaves its task name
-    # unknown here, it does not make the call look as if it failed.
-    in_hash, spec = (None if isinstance(reply, Exception) else reply for reply in replies)
-    name = job_fields({"task": in_hash} if in_hash else {}, spec).get("task", "")
+    # unknown (record.read_task_name), it does not make the call look as if it failed.
     return Job(
         id=moved.id,
         queue=queue,
-        task=str(name),
+        task=task,
         key=key or None,
         due_at=datetime.fromtimestamp((moved.due_ms or 0) / 1000, tz=UTC),
         state="scheduled",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.dispatch import Signal
@@ -42,15 +42,15 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from delayqueue import signals
+from delayqueue.engine import queues as queue_state
+from delayqueue.engine import registry as queue_registry
 from delayqueue.engine.clients import get_raw_redis, redis_now_ms
-from delayqueue.engine.keys import QUEUE_NAME, global_keys, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.errors import DelayQueueError
 
 logger = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-HEARTBEAT_TTL_MS = 30_000  # a delay worker with no heartbeat for this long is not live
 
 LATENESS_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -251,25 +251,11 @@ class QueueCollector(Collector):
         yield from families
 
     def _read(self) -> list[Metric]:
-        client = get_raw_redis()
-        g = global_keys()
         with redis_errors():
-            now_ms = redis_now_ms(client)  # not in the pipeline: a cluster's refuses TIME
-            pipe = client.pipeline(transaction=False)
-            pipe.smembers(g.queues)
-            pipe.zrange(g.workers, -1000, -1, withscores=True)
-            members, workers = pipe.execute()
-            queues = sorted(_queue_names(members))
-            per_queue = 5
-            pipe = client.pipeline(transaction=False)
-            for queue in queues:
-                keys = queue_keys(queue)
-                pipe.zcard(keys.scheduled)
-                pipe.zcard(keys.inflight)
-                pipe.zcard(keys.dead)
-                pipe.zrange(keys.scheduled, 0, 0, withscores=True)
-                pipe.exists(keys.paused)
-            replies = pipe.execute(raise_on_error=False) if queues else []
+            now_ms = redis_now_ms(get_raw_redis())  # not in a pipeline: a cluster's refuses TIME
+        queues = queue_registry.queue_names().names
+        per_queue = queue_state.queue_counts(queues)
+        live_workers = queue_registry.live_workers(now_ms)
 
         def gauge(name: str, documentation: str) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, documentation, labels=["queue"])
@@ -284,33 +270,22 @@ class QueueCollector(Collector):
             "How long the earliest scheduled job is past its due time (0 when none is due)",
         )
         paused = gauge("delayqueue_queue_paused", "1 while the queue is paused")
-        for index, queue in enumerate(queues):
-            n_scheduled, n_inflight, n_dead, head, is_paused = replies[
-                index * per_queue : (index + 1) * per_queue
-            ]
-            # A key of the wrong type (an error reply) leaves that one figure out.
-            for family, value in ((scheduled, n_scheduled), (inflight, n_inflight),
-                                  (dead, n_dead), (paused, is_paused)):  # fmt: skip
-                if isinstance(value, int):
-                    family.add_metric([queue], value)
-            if isinstance(head, list):
-                late_ms = now_ms - float(head[0][1]) if head else 0.0
+        for each in per_queue:
+            # A key of the wrong type (read as None) leaves that one figure out.
+            for family, value in ((scheduled, each.scheduled), (inflight, each.inflight),
+                                  (dead, each.dead), (paused, each.paused)):  # fmt: skip
+                if value is not None:
+                    family.add_metric([each.queue], int(value))
+            if each.scheduled is not None:
+                head = each.next_due_ms
+                late_ms = now_ms - head if head is not None else 0.0
                 if late_ms == late_ms:  # not nan
-                    overdue.add_metric([queue], max(0.0, late_ms) / 1000)
+                    overdue.add_metric([each.queue], max(0.0, late_ms) / 1000)
         live = GaugeMetricFamily(
             "delayqueue_delay_workers", "Delay workers with a heartbeat in the last 30 s"
         )
-        live.add_metric([], sum(1 for _, beat in workers if beat >= now_ms - HEARTBEAT_TTL_MS))
+        live.add_metric([], live_workers)
         return [scheduled, inflight, dead, overdue, paused, live]
-
-
-def _queue_names(members: Iterable[Any]) -> set[str]:
-    names = set()
-    for member in members:
-        name = member.decode("utf-8", "replace") if isinstance(member, bytes) else str(member)
-        if QUEUE_NAME.fullmatch(name):
-            names.add(name)
-    return names
 
 
 # ---- serving ---------------------------------------------------------------------------------

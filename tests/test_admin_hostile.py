@@ -528,7 +528,7 @@ def test_redis_refusing_is_a_clean_503_on_every_page(admin_client, r, monkeypatc
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise refusal
 
-    monkeypatch.setattr("delayqueue.api.display.Reads.run", refuse)  # every read-only query
+    monkeypatch.setattr("delayqueue.engine.reads.Reads.run", refuse)  # every read-only query
     for page in (url("changelist"), url("list", Q, "dead"), url("job", Q, job.id)):
         response = admin_client.get(page)
         assert response.status_code == 503, page

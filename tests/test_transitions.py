@@ -34,6 +34,8 @@ CALLS: dict[str, transitions.ScriptCall[Any]] = {
     "bury": transitions.bury(KEYS, JOB, "r"),
     "requeue": transitions.requeue(KEYS, JOB),
     "purge": transitions.purge_ids(KEYS, [JOB]),
+    "pause": transitions.pause(KEYS, "paused"),
+    "resume": transitions.resume(KEYS),
 }
 RESEND_SAFE = {"enqueue", "begin", "ack"}
 

@@ -14,7 +14,7 @@ from django.http import HttpRequest
 from django.utils.translation import ngettext
 
 from delayqueue.api import browse, operations
-from delayqueue.api.display import State
+from delayqueue.engine.keys import State
 
 STATE_LABELS: dict[State, str] = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"}
 

@@ -29,11 +29,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from delayqueue.admin.actions import ACTIONS, STATE_LABELS, Action, Call, perform
 from delayqueue.api import browse, operations
 from delayqueue.api import dashboard as dashboard_queries
-from delayqueue.api.display import STATES, Moment, State
+from delayqueue.api.display import Moment
 from delayqueue.api.job_detail import job_detail as read_job
 from delayqueue.conf import get_settings
 from delayqueue.engine import presence
-from delayqueue.engine.keys import JOB_ID
+from delayqueue.engine.keys import JOB_ID, STATES, State
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.models import DelayedJob
 from delayqueue.redaction import redact

@@ -15,10 +15,20 @@ from typing import Literal
 
 from redis import Redis
 
-from delayqueue.api.display import STATES, Moment, Reads, State, integer, job_key, text, zset_of
+from delayqueue.api.display import Moment, integer, text
+from delayqueue.engine import queues, registry
 from delayqueue.engine.clients import get_raw_redis, redis_now_ms
-from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys, global_keys, queue_keys
+from delayqueue.engine.keys import (
+    JOB_ID,
+    QUEUE_NAME,
+    STATES,
+    JobField,
+    QueueKeys,
+    State,
+    queue_keys,
+)
 from delayqueue.engine.packing import job_fields
+from delayqueue.engine.reads import Reads
 from delayqueue.engine.redis_errors import redis_errors
 
 Order = Literal["asc", "desc"]
@@ -32,7 +42,16 @@ ERROR_CHARS = 160  # most characters of a dead job's error summary a list row sh
 LABEL_CHARS = 100  # most characters of a task name or dedupe key an action's message shows
 
 # Fields of a job hash a list row needs (see keys.py for all fields).
-_ROW_FIELDS = ("task", "args", "kwargs", "key", "att", "max", "err", "why")
+_ROW_FIELDS = (
+    JobField.TASK,
+    JobField.ARGS,
+    JobField.KWARGS,
+    JobField.KEY,
+    JobField.ATTEMPTS,
+    JobField.MAX_ATTEMPTS,
+    JobField.ERROR,
+    JobField.REASON,
+)
 
 Entry = tuple[bytes, float]  # a zset member as stored, and its score
 
@@ -51,33 +70,24 @@ def job_id_of(member: bytes) -> str | None:
 
 def known_queues(notes: list[str] | None = None) -> list[str]:
     """Queue names from ``dq:queues`` that are valid names, sorted."""
-    notes = [] if notes is None else notes
-    with redis_errors():
-        reads = Reads(get_raw_redis(), notes)
-        reads.add("smembers", global_keys().queues, default=set())
-        (names,) = reads.run()
-    valid = {text(n) for n in names} if isinstance(names, set) else set()
-    return sorted(n for n in valid if QUEUE_NAME.fullmatch(n))
+    return registry.queue_names(notes).names
 
 
 def queue_exists(queue: str) -> bool:
     """A valid name that is known, or that holds jobs in any state."""
     if not QUEUE_NAME.fullmatch(queue):
         return False
+    if registry.is_registered(queue):
+        return True
     keys = queue_keys(queue)
     with redis_errors():
         reads = Reads(get_raw_redis(), [])
-        reads.add("sismember", global_keys().queues, queue, default=0)
         reads.add("exists", keys.scheduled, keys.inflight, keys.dead, default=0)
-        known, holding = reads.run()
-    return bool(known) or int(holding) > 0
+        return int(reads.run()[0]) > 0
 
 
 def count(queue: str, state: State) -> int:
-    with redis_errors():
-        reads = Reads(get_raw_redis(), [])
-        reads.add("zcard", zset_of(queue_keys(queue), state), default=0)
-        return int(reads.run()[0])
+    return queues.count(queue, state)
 
 
 @dataclass(frozen=True)
@@ -95,11 +105,13 @@ def job_labels(queue: str, ids: list[str]) -> dict[str, JobLabel]:
         return {}
     with redis_errors():
         reads = Reads(get_raw_redis(), [])
-        found = read_fields(reads, queue_keys(queue), [i.encode() for i in ids], ("task", "key"))
+        found = read_fields(
+            reads, queue_keys(queue), [i.encode() for i in ids], (JobField.TASK, JobField.KEY)
+        )
     return {
         job_id: JobLabel(
-            error_summary(f.get("task", ""), LABEL_CHARS),
-            error_summary(f.get("key", ""), LABEL_CHARS),
+            error_summary(f.get(JobField.TASK, ""), LABEL_CHARS),
+            error_summary(f.get(JobField.KEY, ""), LABEL_CHARS),
         )
         for job_id, f in zip(ids, found, strict=True)
     }
@@ -186,7 +198,7 @@ def read_fields(
     """The named fields of each job as text, from its hash or its packed spec, in one round
     trip (a job key or specs bucket of the wrong type reads as empty, with a note)."""
     for member in members:
-        reads_of.add("hmget", job_key(keys, member), names, default=[None] * len(names))
+        reads_of.add("hmget", keys.job_of_member(member), names, default=[None] * len(names))
         reads_of.add("hget", keys.spec_bucket(member), member, default=None)
     replies = reads_of.run()
     found = []
@@ -208,14 +220,14 @@ def _rows(client: Redis, keys: QueueKeys, entries: list[Entry], page: JobPage) -
                 id=text(member, ID_CHARS),
                 link_id=job_id_of(member),
                 at=Moment(score, page.now_ms),
-                task=fields.get("task", ""),
-                args_preview=_preview(fields.get("args"), fields.get("kwargs")),
-                key=fields.get("key", ""),
-                attempts=integer(fields.get("att")) or 0,
-                max_attempts=integer(fields.get("max")),
-                reason=(fields.get("why") or "")[:1000],
-                error=error_summary(fields.get("err") or ""),
-                missing="task" not in fields,
+                task=fields.get(JobField.TASK, ""),
+                args_preview=_preview(fields.get(JobField.ARGS), fields.get(JobField.KWARGS)),
+                key=fields.get(JobField.KEY, ""),
+                attempts=integer(fields.get(JobField.ATTEMPTS)) or 0,
+                max_attempts=integer(fields.get(JobField.MAX_ATTEMPTS)),
+                reason=(fields.get(JobField.REASON) or "")[:1000],
+                error=error_summary(fields.get(JobField.ERROR) or ""),
+                missing=JobField.TASK not in fields,
             )
         )
     return rows
@@ -255,7 +267,7 @@ def job_page(
     The dedupe key is looked up exactly as given, surrounding spaces included; only the id
     form ignores case and surrounding spaces."""
     keys = queue_keys(queue)
-    zset = zset_of(keys, state)
+    zset = keys.of_state(state)
     task = task.strip()
     with redis_errors():
         client = get_raw_redis()
@@ -295,7 +307,7 @@ def _find_exact(client: Redis, keys: QueueKeys, state: State, result: JobPage) -
         member, mode = found, "key"
     reads = Reads(client, result.notes)
     for s in STATES:
-        reads.add("zscore", zset_of(keys, s), member)
+        reads.add("zscore", keys.of_state(s), member)
     scores = dict(zip(STATES, reads.run(), strict=True))
     result.search_mode = mode
     result.matched = 0
@@ -321,9 +333,11 @@ def _scan(client: Redis, keys: QueueKeys, zset: str, result: JobPage) -> None:
         want = min(SCAN_CHUNK, SEARCH_WINDOW - scanned)
         entries = _range(client, zset, scanned, scanned + want - 1, result.order, result)
         members = [member for member, _ in entries]
-        found = read_fields(Reads(client, result.notes), keys, members, ("task", "key"))
+        found = read_fields(
+            Reads(client, result.notes), keys, members, (JobField.TASK, JobField.KEY)
+        )
         for entry, fields in zip(entries, found, strict=True):
-            task, key = fields.get("task", ""), fields.get("key", "")
+            task, key = fields.get(JobField.TASK, ""), fields.get(JobField.KEY, "")
             if task:
                 seen_tasks.add(task[:ID_CHARS])
             if result.task and task != result.task:

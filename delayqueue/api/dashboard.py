@@ -10,10 +10,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from delayqueue.api.display import Moment, Reads, integer, text
-from delayqueue.engine import presence
+from delayqueue.api.display import Moment, integer, text
+from delayqueue.engine import presence, registry
 from delayqueue.engine.clients import get_raw_redis, redis_now_ms
-from delayqueue.engine.keys import global_keys, queue_keys
+from delayqueue.engine.keys import WorkerField, queue_keys
+from delayqueue.engine.queues import CountSlots
+from delayqueue.engine.reads import Reads
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.engine.shards import logical, shard_index
 
@@ -53,26 +55,17 @@ _STAT_FIELDS = ("dispatched", "acked", "failed", "dead")
 
 @dataclass(frozen=True)
 class _QueueSlots:
-    """Where each reply about one queue stands in the overview's pipeline."""
+    """Where each reply about one queue stands in the overview's pipeline: the engine's
+    counts, then the stats hashes."""
 
-    scheduled: int
-    inflight: int
-    dead: int
-    paused: int
-    head: int  # ZRANGE 0 0 of scheduled: the next job due, with its score
-    deadline: int  # ZRANGE 0 0 of inflight: the nearest visibility deadline
+    counts: CountSlots
     stats: list[int]  # HMGET of the stats hash of this minute, then of each minute before
 
     @classmethod
     def add(cls, reads: Reads, queue: str, minute: int) -> _QueueSlots:
         keys = queue_keys(queue)
         return cls(
-            scheduled=reads.add("zcard", keys.scheduled, default=0),
-            inflight=reads.add("zcard", keys.inflight, default=0),
-            dead=reads.add("zcard", keys.dead, default=0),
-            paused=reads.add("exists", keys.paused, default=0),
-            head=reads.add("zrange", keys.scheduled, 0, 0, withscores=True, default=[]),
-            deadline=reads.add("zrange", keys.inflight, 0, 0, withscores=True, default=[]),
+            counts=CountSlots.add(reads, queue),
             stats=[
                 reads.add(
                     "hmget",
@@ -96,10 +89,6 @@ def _window_sum(buckets: list[list[Any]], fraction_left: float, whole: int) -> T
     return Throughput(*(round(t) for t in totals))
 
 
-def _first_score(entries: list[tuple[bytes, float]]) -> float | None:
-    return entries[0][1] if entries else None
-
-
 def overview(queues: list[str], notes: list[str] | None = None) -> tuple[int, list[QueueOverview]]:
     """(Redis now ms, one overview per queue), in two round trips whatever the queue count."""
     with redis_errors():
@@ -112,16 +101,16 @@ def overview(queues: list[str], notes: list[str] | None = None) -> tuple[int, li
         replies = reads.run()
     result = []
     for queue, slot in zip(queues, slots, strict=True):
-        head = _first_score(replies[slot.head])
-        deadline = _first_score(replies[slot.deadline])
+        counts = slot.counts.counts(replies)
+        head, deadline = counts.next_due_ms, counts.next_deadline_ms
         buckets = [replies[i] for i in slot.stats]
         result.append(
             QueueOverview(
                 name=queue,
-                scheduled=int(replies[slot.scheduled]),
-                inflight=int(replies[slot.inflight]),
-                dead=int(replies[slot.dead]),
-                paused=bool(replies[slot.paused]),
+                scheduled=counts.scheduled or 0,
+                inflight=counts.inflight or 0,
+                dead=counts.dead or 0,
+                paused=bool(counts.paused),
                 next_due=Moment(head, now) if head is not None else None,
                 oldest_overdue=Moment(head, now) if head is not None and head <= now else None,
                 next_deadline=Moment(deadline, now) if deadline is not None else None,
@@ -257,35 +246,23 @@ class WorkerInfo:
 def workers(notes: list[str] | None = None) -> tuple[list[WorkerInfo], int]:
     """(alive ``run_delay_worker`` processes, newest heartbeat first; count of entries whose
     heartbeat hash has expired). A worker's hash expires ~30 s after its last heartbeat."""
-    g = global_keys()
-    notes = [] if notes is None else notes
     with redis_errors():
-        client = get_raw_redis()
-        now = redis_now_ms(client)
-        reads = Reads(client, notes)
-        listed = reads.add(
-            "zrevrange", g.workers, 0, MAX_WORKERS_SHOWN - 1, withscores=True, default=[]
-        )
-        entries: list[tuple[bytes, float]] = reads.run()[listed]
-        reads = Reads(client, notes)
-        for worker_id, _ in entries:
-            reads.add("hgetall", g.worker("").encode() + worker_id, default={})
-        hashes = reads.run()
+        now = redis_now_ms(get_raw_redis())
     alive, gone = [], 0
-    for (worker_id, score), stored in zip(entries, hashes, strict=True):
-        if not stored:
+    for entry in registry.worker_entries(MAX_WORKERS_SHOWN, notes):
+        if not entry.fields:
             gone += 1
             continue
-        info = {text(name): text(value, FIELD_CHARS) for name, value in stored.items()}
-        beat = integer(info.get("beat"))
+        info = {text(name): text(value, FIELD_CHARS) for name, value in entry.fields.items()}
+        beat = integer(info.get(WorkerField.BEAT))
         alive.append(
             WorkerInfo(
-                id=text(worker_id, FIELD_CHARS),
-                host=info.get("host", ""),
-                pid=info.get("pid", ""),
-                queues=[q for q in info.get("queues", "").split(",") if q],
-                dispatched=integer(info.get("dispatched")) or 0,
-                beat=Moment(score if beat is None else beat, now),
+                id=text(entry.id, FIELD_CHARS),
+                host=info.get(WorkerField.HOST, ""),
+                pid=info.get(WorkerField.PID, ""),
+                queues=[q for q in info.get(WorkerField.QUEUES, "").split(",") if q],
+                dispatched=integer(info.get(WorkerField.DISPATCHED)) or 0,
+                beat=Moment(entry.listed_ms if beat is None else beat, now),
             )
         )
     return alive, gone

@@ -1,11 +1,11 @@
 """Stored values as the admin shows them, whatever Redis holds, and what every read-only
-query shares: the job states and their sorted sets, and ``Reads``.
+query shares.
 
 The admin reads job data as bytes (``engine.clients.get_raw_redis()``) and turns every value
 into text here: bytes that are not UTF-8 are shown with backslash escapes, huge values are cut,
 numbers that are not numbers become None, and any score (nan, inf, 1e300, before year 1,
 after year 9999) is shown as a time when it is one and as what it is when it is not. A key of
-the wrong type is read as empty, with a note that says so (``Reads``).
+the wrong type is read as empty, with a note that says so (``engine.reads.Reads``).
 """
 
 from __future__ import annotations
@@ -13,32 +13,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from django.utils import dateformat, timezone
-from redis import Redis
-from redis.exceptions import ResponseError
-
-from delayqueue.engine.keys import QueueKeys
 
 DETAIL_CHARS = 100_000  # most characters of one stored value a page shows
 LARGEST_COUNT = 2**63  # Redis integers are 64-bit; anything larger was not written by us
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TEN_THOUSAND_YEARS_S = 10_000 * 365.25 * 86400
 _CROCKFORD = {c: i for i, c in enumerate("0123456789ABCDEFGHJKMNPQRSTVWXYZ")}
-
-State = Literal["scheduled", "inflight", "dead"]
-STATES: tuple[State, ...] = ("scheduled", "inflight", "dead")
-
-
-def zset_of(keys: QueueKeys, state: State) -> str:
-    """The sorted set that holds a queue's jobs in ``state``."""
-    return {"scheduled": keys.scheduled, "inflight": keys.inflight, "dead": keys.dead}[state]
-
-
-def job_key(keys: QueueKeys, member: bytes) -> bytes:
-    """The hash of the job a zset member names, whatever bytes the member is."""
-    return keys.job_prefix.encode() + member
 
 
 def text(value: bytes | str | None, limit: int | None = None) -> str:
@@ -184,48 +167,3 @@ def relative_text(delta_ms: float) -> str:
     else:
         span = "over 10,000 years"
     return f"in {span}" if delta_ms > 0 else f"{span} ago"
-
-
-# ---- keys of the wrong type -------------------------------------------------------------
-
-
-class Reads:
-    """One pipeline of reads in which a key of the wrong type reads as ``default`` and adds
-    a note to ``notes`` (each key once) instead of failing the page. Any other error reply
-    is raised. ``add`` returns where its reply will stand in the list ``run`` returns."""
-
-    def __init__(self, client: Redis, notes: list[str]) -> None:
-        self.client = client
-        self.notes = notes
-        self.pipe = client.pipeline(transaction=False)
-        self._keys: list[tuple[bytes | str, Any]] = []
-
-    def add(
-        self, command: str, key: bytes | str, *args: Any, default: Any = None, **kw: Any
-    ) -> int:
-        getattr(self.pipe, command)(key, *args, **kw)
-        self._keys.append((key, default))
-        return len(self._keys) - 1
-
-    def run(self) -> list[Any]:
-        replies: list[Any] = self.pipe.execute(raise_on_error=False)
-        for index, reply in enumerate(replies):
-            if not isinstance(reply, Exception):
-                continue
-            if not (isinstance(reply, ResponseError) and "WRONGTYPE" in str(reply)):
-                raise reply
-            key, default = self._keys[index]
-            replies[index] = default
-            wrong_type(self.client, key, self.notes)
-        return replies
-
-
-def wrong_type(client: Redis, key: bytes | str, notes: list[str]) -> None:
-    """Note that ``key`` holds a type delayqueue does not write there."""
-    kind = text(client.type(key))
-    note = (
-        f"Redis key {text(key, 200)} holds a {kind}, not what delayqueue keeps there; "
-        "it is shown as empty."
-    )
-    if note not in notes:
-        notes.append(note)

@@ -7,21 +7,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from delayqueue.api.display import (
-    DETAIL_CHARS,
-    STATES,
-    Moment,
-    Reads,
-    State,
-    integer,
-    job_key,
-    text,
-    ulid_ms,
-    zset_of,
-)
+from delayqueue.api.display import DETAIL_CHARS, Moment, integer, text, ulid_ms
 from delayqueue.engine.clients import get_raw_redis, redis_now_ms
-from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.keys import STATES, JobField, State, queue_keys
 from delayqueue.engine.packing import job_fields
+from delayqueue.engine.reads import Reads
 from delayqueue.engine.redis_errors import redis_errors
 
 PRETTY_CHARS = 200_000  # arguments longer than this are shown as stored, not re-indented
@@ -116,10 +106,10 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
         client = get_raw_redis()
         now = redis_now_ms(client)
         reads = Reads(client, notes)
-        reads.add("hgetall", job_key(keys, job_id.encode()), default={})
+        reads.add("hgetall", keys.job_of_member(job_id.encode()), default={})
         reads.add("hget", keys.spec_bucket(job_id.encode()), job_id, default=None)
         for s in STATES:
-            reads.add("zscore", zset_of(keys, s), job_id, default=None)
+            reads.add("zscore", keys.of_state(s), job_id, default=None)
         stored, spec, *scores = reads.run()
     hash_fields = {text(name): text(value) for name, value in stored.items()}
     fields = job_fields(hash_fields, None if spec is None else text(spec))
@@ -127,9 +117,9 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
     if not fields and state is None and not notes:
         return None
     score = scores[STATES.index(state)] if state else None
-    args, args_ok = _pretty(fields.get("args", fields.get("raw")), "[]")
-    kwargs, kwargs_ok = _pretty(fields.get("kwargs"), "{}")
-    history, history_ok = _history(fields.get("hist"), now)
+    args, args_ok = _pretty(fields.get(JobField.ARGS, fields.get(JobField.RAW)), "[]")
+    kwargs, kwargs_ok = _pretty(fields.get(JobField.KWARGS), "{}")
+    history, history_ok = _history(fields.get(JobField.HISTORY), now)
     created = ulid_ms(job_id)
 
     def shown(name: str) -> str:
@@ -141,19 +131,19 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
         state=state,
         at=Moment(score, now) if score is not None else None,
         now_ms=now,
-        task=shown("task"),
+        task=shown(JobField.TASK),
         args=args,
         kwargs=kwargs,
         args_valid=args_ok and kwargs_ok,
-        key=shown("key"),
-        attempts=integer(fields.get("att")) or 0,
-        max_attempts=integer(fields.get("max")),
-        visibility_ms=integer(fields.get("vt")),
+        key=shown(JobField.KEY),
+        attempts=integer(fields.get(JobField.ATTEMPTS)) or 0,
+        max_attempts=integer(fields.get(JobField.MAX_ATTEMPTS)),
+        visibility_ms=integer(fields.get(JobField.VISIBILITY_MS)),
         created=Moment(created, now) if created is not None else None,
-        token=shown("tok"),
-        error=shown("err"),
-        traceback=shown("tb"),
-        reason=shown("why"),
+        token=shown(JobField.TOKEN),
+        error=shown(JobField.ERROR),
+        traceback=shown(JobField.TRACEBACK),
+        reason=shown(JobField.REASON),
         history=history,
         history_valid=history_ok,
         missing=not fields,

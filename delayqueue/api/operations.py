@@ -11,11 +11,9 @@ from dataclasses import dataclass, field
 
 from delayqueue import events
 from delayqueue.conf import get_settings
-from delayqueue.engine import transitions
-from delayqueue.engine.clients import get_raw_redis, get_redis
+from delayqueue.engine import queues, transitions
 from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import check_job_id, check_queue_name, queue_keys
-from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.errors import InvalidDelay
 from delayqueue.signals import SENDER_ADMIN
 
@@ -141,24 +139,21 @@ def retry_all_dead(queue: str, *, chunk: int = RETRY_CHUNK) -> BulkResult:
     cannot run stay in dead (and are counted)."""
     keys = queue_keys(check_queue_name(queue))
     result = BulkResult("retry all")
-    with redis_errors():
-        client = get_raw_redis()  # members as stored, UTF-8 or not
-        budget = int(client.zcard(keys.dead))
-        skip = 0  # dead jobs at the head that stay dead (unrunnable)
-        while budget > 0:
-            stop = skip + min(chunk, budget) - 1
-            ids: list[bytes] = client.zrange(keys.dead, skip, stop)  # type: ignore[assignment]
-            if not ids:
-                break
-            replies = run_all([transitions.requeue(keys, i) for i in ids])
-            budget -= len(ids)
-            for raw_id, outcome in zip(ids, replies, strict=True):
-                if outcome == "requeued":
-                    events.requeued(SENDER_ADMIN, queue, raw_id.decode("utf-8", "backslashreplace"))
-                    result.done += 1
-                elif outcome == "cannot run":
-                    result.unrunnable += 1
-                    skip += 1
+    budget = queues.count(queue, "dead")
+    skip = 0  # dead jobs at the head that stay dead (unrunnable)
+    while budget > 0:
+        ids = queues.members(queue, "dead", skip, skip + min(chunk, budget) - 1)  # as stored
+        if not ids:
+            break
+        replies = run_all([transitions.requeue(keys, i) for i in ids])
+        budget -= len(ids)
+        for raw_id, outcome in zip(ids, replies, strict=True):
+            if outcome == "requeued":
+                events.requeued(SENDER_ADMIN, queue, raw_id.decode("utf-8", "backslashreplace"))
+                result.done += 1
+            elif outcome == "cannot run":
+                result.unrunnable += 1
+                skip += 1
     return result
 
 
@@ -168,8 +163,7 @@ def purge_all_dead(queue: str, *, chunk: int = PURGE_CHUNK) -> BulkResult:
     at the start, are kept."""
     keys = queue_keys(check_queue_name(queue))
     result = BulkResult("purge all")
-    with redis_errors():
-        budget = int(get_redis().zcard(keys.dead))
+    budget = queues.count(queue, "dead")
     while budget > 0:
         deleted = run(transitions.purge_oldest(keys, min(chunk, budget)))
         if not deleted:
@@ -183,8 +177,7 @@ def purge_all_dead(queue: str, *, chunk: int = PURGE_CHUNK) -> BulkResult:
 
 
 def is_paused(queue: str) -> bool:
-    with redis_errors():
-        return bool(get_redis().exists(queue_keys(check_queue_name(queue)).paused))
+    return queues.is_paused(check_queue_name(queue))
 
 
 def pause(queue: str, note: str) -> bool:
@@ -194,17 +187,10 @@ def pause(queue: str, note: str) -> bool:
     # A note from a command line may hold bytes that are not UTF-8 (as lone surrogates):
     # kept, escaped, rather than refused by the Redis client's encoder.
     text = note[:200].encode("utf-8", "backslashreplace").decode() or "paused"
-    with redis_errors():
-        return bool(get_redis().set(keys.paused, text, nx=True))
+    return run(transitions.pause(keys, text))
 
 
 def resume(queue: str) -> bool:
     """Let workers claim from the queue again, and wake them so due jobs go at once. False
     when it was not paused."""
-    keys = queue_keys(check_queue_name(queue))
-    with redis_errors():
-        client = get_redis()
-        removed = int(client.delete(keys.paused))
-        if removed:
-            client.publish(keys.wake, "resumed")
-    return bool(removed)
+    return run(transitions.resume(queue_keys(check_queue_name(queue))))

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from delayqueue.api import browse, dashboard
-from delayqueue.api.display import STATES, Moment, Reads, State, job_key, zset_of
+from delayqueue.api.display import Moment
 from delayqueue.engine import presence
 from delayqueue.engine.clients import get_raw_redis
-from delayqueue.engine.keys import check_queue_name, queue_keys
+from delayqueue.engine.keys import STATES, State, check_queue_name, queue_keys
+from delayqueue.engine.reads import Reads
 from delayqueue.engine.redis_errors import redis_errors
 
 DEFAULT_MAX_OVERDUE = 60.0  # seconds the oldest due job may wait before health fails
@@ -209,9 +210,9 @@ def locate(job_id: str, queues: list[str] | None = None) -> list[Place]:
         for queue in names:
             keys = queue_keys(queue)
             for each in STATES:
-                reads.add("zscore", zset_of(keys, each), job_id, default=None)
+                reads.add("zscore", keys.of_state(each), job_id, default=None)
             reads.add("hexists", keys.spec_bucket(job_id.encode()), job_id, default=0)
-            reads.add("exists", job_key(keys, job_id.encode()), default=0)
+            reads.add("exists", keys.job_of_member(job_id.encode()), default=0)
         replies = reads.run()
     width = len(STATES) + 2
     places = []

@@ -14,6 +14,7 @@ import re
 import time
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Final, Literal
 
 from delayqueue.conf import get_settings
 from delayqueue.errors import InvalidJobId, InvalidQueueName
@@ -24,6 +25,10 @@ STATS_TTL_SECONDS = 2 * 3600 + 300
 # A queue's name, or one of its shards' (engine/shards.py): "orders~3".
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}(?:~[0-9]{1,4})?")
 JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID: Crockford base32, time first
+
+# The states a job is in, each a sorted set of the queue (``QueueKeys.of_state``).
+State = Literal["scheduled", "inflight", "dead"]
+STATES: tuple[State, ...] = ("scheduled", "inflight", "dead")
 
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -90,6 +95,18 @@ class QueueKeys:
 
     def job(self, job_id: str) -> str:
         return self.job_prefix + job_id
+
+    def job_of_member(self, member: bytes) -> bytes:
+        """The hash of the job a sorted set's member names, whatever bytes the member is."""
+        return self.job_prefix.encode() + member
+
+    def of_state(self, state: State) -> str:
+        """The sorted set that holds the queue's jobs in ``state``."""
+        if state == "scheduled":
+            return self.scheduled
+        if state == "inflight":
+            return self.inflight
+        return self.dead
 
     @cached_property
     def spec_prefix(self) -> str:
@@ -181,6 +198,40 @@ class GlobalKeys:
         """hash: task name -> JSON of the simpler form its jobs are handed to Celery in, and
         why (a message of the usual form was discarded): engine/presence.py."""
         return f"{self.prefix}:fallbacks"
+
+
+class JobField:
+    """The fields of a job's hash (``QueueKeys.job``), by what they hold. The Lua scripts
+    write them under these names; Python code reads them by these names only."""
+
+    # what the job is (also the packed spec's parts, in ``packing.SPEC_FIELDS``)
+    TASK: Final = "task"  # the Celery task's registered name
+    ARGS: Final = "args"  # JSON list
+    KWARGS: Final = "kwargs"  # JSON object, absent when empty
+    MAX_ATTEMPTS: Final = "max"  # absent: the worker's default
+    VISIBILITY_MS: Final = "vt"  # absent: the worker's default
+    KEY: Final = "key"  # the dedupe key, absent when none
+    # what happened to it
+    ATTEMPTS: Final = "att"  # attempts begun
+    TOKEN: Final = "tok"  # the fencing token of its current dispatch
+    BEGAN: Final = "began"  # the dispatch that began (reap.lua)
+    NOT_STARTED: Final = "rp"  # dispatches in a row that never began (claim.lua, reap.lua)
+    ERROR: Final = "err"  # the last failure's exception
+    TRACEBACK: Final = "tb"  # the last failure's traceback
+    REASON: Final = "why"  # why it died
+    HISTORY: Final = "hist"  # JSON list of its attempts
+    # not stored: a packed spec that could not be unpacked, shown as it is (packing.py)
+    RAW: Final = "raw"
+
+
+class WorkerField:
+    """The fields of a delay worker's hash (``GlobalKeys.worker``)."""
+
+    HOST: Final = "host"
+    PID: Final = "pid"
+    QUEUES: Final = "queues"  # comma-separated
+    DISPATCHED: Final = "dispatched"  # jobs handed to Celery since it started
+    BEAT: Final = "beat"  # its last heartbeat, ms by Redis's clock
 
 
 def queue_keys(queue: str) -> QueueKeys:

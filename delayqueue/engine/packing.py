@@ -8,8 +8,17 @@ where attempts, tokens and history join it.
 
 from __future__ import annotations
 
+from delayqueue.engine.keys import JobField
+
 # In this order, joined by "\n". Only the dedupe key, last, may itself contain "\n".
-SPEC_FIELDS = ("task", "args", "kwargs", "max", "vt", "key")
+SPEC_FIELDS = (
+    JobField.TASK,
+    JobField.ARGS,
+    JobField.KWARGS,
+    JobField.MAX_ATTEMPTS,
+    JobField.VISIBILITY_MS,
+    JobField.KEY,
+)
 
 
 def pack(
@@ -34,5 +43,5 @@ def job_fields(hash_fields: dict[str, str], spec: str | None) -> dict[str, str]:
         return hash_fields
     unpacked = unpack(spec)
     if unpacked is None:
-        return {**hash_fields, "raw": spec}
+        return {**hash_fields, JobField.RAW: spec}
     return {**hash_fields, **unpacked}

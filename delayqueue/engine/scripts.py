@@ -47,6 +47,8 @@ class Scripts:
         self.bury: Script = client.register_script(load_source("bury"))
         self.requeue: Script = client.register_script(load_source("requeue"))
         self.purge: Script = client.register_script(load_source("purge"))
+        self.pause: Script = client.register_script(load_source("pause"))
+        self.resume: Script = client.register_script(load_source("resume"))
 
     def __getitem__(self, name: str) -> Script:
         script: Script = getattr(self, name)

@@ -363,3 +363,16 @@ def purge_ids(keys: QueueKeys, ids: Iterable[Id]) -> ScriptCall[int]:
 
 def purge_oldest(keys: QueueKeys, count: int) -> ScriptCall[int]:
     return ScriptCall("purge", [keys.dead, keys.job_prefix], ["oldest", count], int)
+
+
+# ---- pause / resume: a queue's flag that claim reads ------------------------------------
+
+
+def pause(keys: QueueKeys, note: str) -> ScriptCall[bool]:
+    """True when the queue is paused now, False when it was paused already."""
+    return ScriptCall("pause", [keys.paused], [note], bool)
+
+
+def resume(keys: QueueKeys) -> ScriptCall[bool]:
+    """True when the queue was paused (its workers woken), False when it was not."""
+    return ScriptCall("resume", [keys.paused], [keys.wake], bool)

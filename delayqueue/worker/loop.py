@@ -27,10 +27,10 @@ from ulid import ULID
 from delayqueue import events
 from delayqueue.conf import get_settings
 from delayqueue.decorator import DelayedTask
-from delayqueue.engine import transitions
+from delayqueue.engine import registry, transitions
 from delayqueue.engine.clients import get_raw_redis, get_redis, redis_now_ms
 from delayqueue.engine.execution import run_many
-from delayqueue.engine.keys import check_queue_name, global_keys, queue_keys
+from delayqueue.engine.keys import check_queue_name, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
@@ -48,7 +48,6 @@ from delayqueue.worker.publishers import Publisher
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
-HEARTBEAT_TTL_SECONDS = 30
 # A queue whose next in-flight deadline is known to lie ahead is reaped at least this often
 # anyway (a belt to the braces: the claim script reports the deadline on every pass).
 REAP_AT_LEAST_EVERY = 1.0
@@ -375,27 +374,7 @@ class DelayWorker:
         try:
             with redis_errors():
                 self._refresh_queues()
-                client = get_redis()
-                g = global_keys()
-                # Redis's clock, like every due time: a worker host's clock minutes off must
-                # not make live workers look dead to the others (or dead ones alive).
-                now_ms = redis_now_ms(client)
-                pipe = client.pipeline(transaction=False)
-                pipe.hset(
-                    g.worker(self.id),
-                    mapping={
-                        "host": socket.gethostname(),
-                        "pid": os.getpid(),
-                        "queues": ",".join(self.queues),
-                        "dispatched": self.dispatched,
-                        "beat": now_ms,
-                    },
-                )
-                pipe.expire(g.worker(self.id), HEARTBEAT_TTL_SECONDS)
-                pipe.zadd(g.workers, {self.id: now_ms})
-                # forget workers that died without a goodbye (their hash expired long ago)
-                pipe.zremrangebyscore(g.workers, "-inf", now_ms - 10 * HEARTBEAT_TTL_SECONDS * 1000)
-                pipe.execute()
+            registry.record_heartbeat(self.id, self.queues, self.dispatched)
         except DelayQueueError as exc:
             logger.error("heartbeat failed: %s", exc)
         # the hand-off forms' watch, also when no pass dispatches (worker/handoff.py)
@@ -403,14 +382,14 @@ class DelayWorker:
 
     def _refresh_queues(self) -> None:
         if self.fixed_queues is None:
-            known = _known_queue_names()
+            known = set(_known_queue_names())
             known |= {
                 shard
                 for task in self.app.tasks.values()
                 if isinstance(task, DelayedTask)
                 for shard in shard_names(task.dq_queue or get_settings().default_queue)
             }
-            self.queues = sorted(q for q in known if _valid_queue(q))
+            self.queues = sorted(known)
         wanted = {queue_keys(q).wake for q in self.queues}
         if self._pubsub is None:
             self._pubsub = get_redis().pubsub(ignore_subscribe_messages=True)
@@ -421,10 +400,7 @@ class DelayWorker:
 
     def _goodbye(self) -> None:
         try:
-            with redis_errors():
-                g = global_keys()
-                get_redis().delete(g.worker(self.id))
-                get_redis().zrem(g.workers, self.id)
+            registry.remove_worker(self.id)
         except (RedisUnavailable, OSError):
             pass  # the heartbeat key expires on its own
         self.close()
@@ -438,33 +414,22 @@ class DelayWorker:
         self.dispatcher.close()
 
 
-def _known_queue_names() -> set[str]:
-    """The registry of queues, without what is not a queue name (not UTF-8, or the registry
-    being of the wrong type: then only the tasks' queues are served, and it is logged)."""
+def _known_queue_names() -> list[str]:
+    """The registry of queues (engine/registry.py), its entries that are no queue name or a
+    registry of the wrong type said once at ERROR: then only the tasks' queues are served."""
+    notes: list[str] = []
     try:
-        with redis_errors():
-            members = get_raw_redis().smembers(global_keys().queues)
+        found = registry.queue_names(notes)
     except RedisUnavailable:
         raise
     except DelayQueueError as exc:
         _say_once(f"cannot read the queue registry: {exc}")
-        return set()
-    names = set()
-    for member in members:
-        try:
-            names.add(member.decode() if isinstance(member, bytes) else member)
-        except UnicodeDecodeError:
-            _say_once(f"ignoring queue {member!r} found in Redis: not UTF-8")
-    return names
-
-
-def _valid_queue(name: str) -> bool:
-    try:
-        check_queue_name(name)
-    except DelayQueueError:
-        _say_once(f"ignoring queue {name!r} found in Redis: not a valid queue name")
-        return False
-    return True
+        return []
+    for note in notes:
+        _say_once(f"cannot read the queue registry: {note}")
+    for entry, why in found.ignored:
+        _say_once(f"ignoring queue {entry} found in Redis: {why}")
+    return found.names
 
 
 _said: set[str] = set()  # registry problems logged at ERROR already (bounded below)
