@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS, with_fallbacks
 from delayqueue.engine.clients import (
     check_cluster_url,
+    check_sentinel_client,
     client_from_url,
     is_sentinel_url,
     parse_sentinel_url,
@@ -21,7 +21,6 @@ from delayqueue.errors import InvalidOption
 from delayqueue.redaction import redact_url
 from delayqueue.validators import (
     SETTING_VALIDATORS,
-    check_sentinel_kwargs,
     check_sentinel_master,
 )
 
@@ -216,7 +215,7 @@ def _sentinel_usable(url: str, sentinel: dict[str, Any]) -> bool:
     try:
         parse_sentinel_url(url)
         check_sentinel_master(sentinel["sentinel_master"])
-        redis.Redis(**check_sentinel_kwargs(sentinel["sentinel_kwargs"])).close()
+        check_sentinel_client(sentinel["sentinel_kwargs"])
     except (InvalidOption, TypeError, ValueError):
         return False
     return True
@@ -271,8 +270,7 @@ def check_sentinel_options(app_configs: Any = None, **kwargs: Any) -> list[Check
     if sentinel is None:
         return []
     try:
-        options = check_sentinel_kwargs(sentinel["sentinel_kwargs"])
-        redis.Redis(**options).close()  # an unknown option is a TypeError; nothing connects
+        check_sentinel_client(sentinel["sentinel_kwargs"])  # an unknown option: TypeError
     except (InvalidOption, TypeError, ValueError) as exc:
         return [
             Error(

@@ -44,8 +44,7 @@ from prometheus_client.registry import Collector
 from delayqueue import signals
 from delayqueue.engine import queues as queue_state
 from delayqueue.engine import registry as queue_registry
-from delayqueue.engine.clients import get_raw_redis, redis_now_ms
-from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.reads import redis_now
 from delayqueue.errors import DelayQueueError
 
 logger = logging.getLogger(__name__)
@@ -251,8 +250,7 @@ class QueueCollector(Collector):
         yield from families
 
     def _read(self) -> list[Metric]:
-        with redis_errors():
-            now_ms = redis_now_ms(get_raw_redis())  # not in a pipeline: a cluster's refuses TIME
+        now_ms = redis_now()  # not in a pipeline: a cluster's refuses TIME
         queues = queue_registry.queue_names().names
         per_queue = queue_state.queue_counts(queues)
         live_workers = queue_registry.live_workers(now_ms)

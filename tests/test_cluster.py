@@ -152,8 +152,8 @@ def test_the_wake_channel_wakes_a_worker_subscribed_on_another_node(
     by_master = queues_on_every_master(topology)
     worker = DelayWorker(list(by_master.values()), celery_app=parked_celery)
     worker._refresh_queues()  # subscribes to the queues' wake channels
-    assert worker._pubsub is not None and worker._pubsub.connection is not None
-    listening = worker._pubsub.connection.port
+    listening = worker.wake.port
+    assert listening is not None
     queue = next(q for port, q in by_master.items() if port != listening)
 
     def wake() -> None:

@@ -141,13 +141,12 @@ def test_the_wake_channel_wakes_a_sleeping_worker_through_sentinel(
 ) -> None:
     worker = DelayWorker(["tests"], celery_app=parked_celery)
     worker._refresh_queues()  # subscribes to the queue's wake channel
-    assert worker._pubsub is not None
+    assert worker.wake.listening
     threading.Timer(0.3, lambda: jobs.record.delay_for("wake", seconds=0, on_commit=False)).start()
     started = time.monotonic()
     worker._sleep(10.0)
     assert time.monotonic() - started < 3.0  # woken by the message, not the 10 s timeout
-    connection = worker._pubsub.connection
-    assert connection is not None and connection.port == _address(master)[1]
+    assert worker.wake.port == _address(master)[1]
     assert len(worker.run_pass().claimed) == 1
 
 

@@ -22,9 +22,6 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError as RedisClientError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayqueue.admin.actions import ACTIONS, STATE_LABELS, Action, Call, perform
 from delayqueue.api import browse, operations
@@ -34,6 +31,7 @@ from delayqueue.api.job_detail import job_detail as read_job
 from delayqueue.conf import get_settings
 from delayqueue.engine import presence
 from delayqueue.engine.keys import JOB_ID, STATES, State
+from delayqueue.engine.redis_errors import as_delayqueue_error
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.models import DelayedJob
 from delayqueue.redaction import redact
@@ -110,14 +108,17 @@ def guarded(view: View[P]) -> View[P]:
             return view(request, site, *args, **kwargs)
         except NotFound as exc:
             return _render(request, site, "problem.html", "Not found", 404, problem=str(exc))
-        except (DelayQueueError, RedisClientError) as exc:
-            if isinstance(exc, RedisUnavailable | RedisConnectionError | RedisTimeoutError):
+        except Exception as raised:
+            error = as_delayqueue_error(raised)
+            if error is None:
+                raise
+            if isinstance(error, RedisUnavailable):
                 title = "Redis unavailable"
-            elif isinstance(exc, RedisClientError) or type(exc).__name__.startswith("Redis"):
+            elif type(error).__name__.startswith("Redis"):  # RedisError and its kinds
                 title = "Redis refused the request"
             else:
                 title = "Delayed jobs error"
-            problem = f"{title}: {shown_error(exc)}"
+            problem = f"{title}: {shown_error(error)}"
             return _render(request, site, "problem.html", title, 503, problem=problem)
 
     return wrapper

@@ -13,23 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from redis import Redis
-
 from delayqueue.api.display import Moment, integer, text
-from delayqueue.engine import queues, registry
-from delayqueue.engine.clients import get_raw_redis, redis_now_ms
+from delayqueue.engine import queues, record, registry
 from delayqueue.engine.keys import (
     JOB_ID,
     QUEUE_NAME,
     STATES,
     JobField,
-    QueueKeys,
     State,
     queue_keys,
 )
-from delayqueue.engine.packing import job_fields
-from delayqueue.engine.reads import Reads
-from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.reads import redis_now
 
 Order = Literal["asc", "desc"]
 
@@ -77,17 +71,11 @@ def queue_exists(queue: str) -> bool:
     """A valid name that is known, or that holds jobs in any state."""
     if not QUEUE_NAME.fullmatch(queue):
         return False
-    if registry.is_registered(queue):
-        return True
-    keys = queue_keys(queue)
-    with redis_errors():
-        reads = Reads(get_raw_redis(), [])
-        reads.add("exists", keys.scheduled, keys.inflight, keys.dead, default=0)
-        return int(reads.run()[0]) > 0
+    return registry.is_registered(queue) or queues.holds_jobs(queue)
 
 
 def count(queue: str, state: State) -> int:
-    return queues.count(queue, state)
+    return queues.count(queue, state, [])
 
 
 @dataclass(frozen=True)
@@ -103,11 +91,9 @@ def job_labels(queue: str, ids: list[str]) -> dict[str, JobLabel]:
     """The task and dedupe key of each job id, in one round trip, shortened for a message."""
     if not ids:
         return {}
-    with redis_errors():
-        reads = Reads(get_raw_redis(), [])
-        found = read_fields(
-            reads, queue_keys(queue), [i.encode() for i in ids], (JobField.TASK, JobField.KEY)
-        )
+    found = record.fields_of(
+        queue_keys(queue), [i.encode() for i in ids], (JobField.TASK, JobField.KEY), []
+    )
     return {
         job_id: JobLabel(
             error_summary(f.get(JobField.TASK, ""), LABEL_CHARS),
@@ -192,29 +178,11 @@ def error_summary(error: str, limit: int = ERROR_CHARS) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
-def read_fields(
-    reads_of: Reads, keys: QueueKeys, members: list[bytes], names: tuple[str, ...]
-) -> list[dict[str, str]]:
-    """The named fields of each job as text, from its hash or its packed spec, in one round
-    trip (a job key or specs bucket of the wrong type reads as empty, with a note)."""
-    for member in members:
-        reads_of.add("hmget", keys.job_of_member(member), names, default=[None] * len(names))
-        reads_of.add("hget", keys.spec_bucket(member), member, default=None)
-    replies = reads_of.run()
-    found = []
-    for values, spec in zip(replies[::2], replies[1::2], strict=True):
-        stored = {n: text(v) for n, v in zip(names, values, strict=True) if v}
-        fields = job_fields(stored, None if spec is None else text(spec))
-        found.append({name: fields[name] for name in names if name in fields})
-    return found
-
-
-def _rows(client: Redis, keys: QueueKeys, entries: list[Entry], page: JobPage) -> list[JobRow]:
+def _rows(entries: list[Entry], page: JobPage) -> list[JobRow]:
     members = [member for member, _ in entries]
+    found = record.fields_of(queue_keys(page.queue), members, _ROW_FIELDS, page.notes)
     rows = []
-    for (member, score), fields in zip(
-        entries, read_fields(Reads(client, page.notes), keys, members, _ROW_FIELDS), strict=True
-    ):
+    for (member, score), fields in zip(entries, found, strict=True):
         rows.append(
             JobRow(
                 id=text(member, ID_CHARS),
@@ -233,13 +201,10 @@ def _rows(client: Redis, keys: QueueKeys, entries: list[Entry], page: JobPage) -
     return rows
 
 
-def _range(
-    client: Redis, zset: str, start: int, stop: int, order: Order, page: JobPage
-) -> list[Entry]:
-    reads = Reads(client, page.notes)
-    command = "zrevrange" if order == "desc" else "zrange"
-    reads.add(command, zset, start, stop, withscores=True, default=[])
-    return list(reads.run()[0])
+def _range(start: int, stop: int, page: JobPage) -> list[Entry]:
+    return queues.entries(
+        page.queue, page.state, start, stop, newest_first=page.order == "desc", notes=page.notes
+    )
 
 
 def _pages(count: int) -> int:
@@ -266,54 +231,42 @@ def job_page(
 
     The dedupe key is looked up exactly as given, surrounding spaces included; only the id
     form ignores case and surrounding spaces."""
-    keys = queue_keys(queue)
-    zset = keys.of_state(state)
     task = task.strip()
-    with redis_errors():
-        client = get_raw_redis()
-        now = redis_now_ms(client)
-        result = JobPage(queue, state, order, page, [], 0, 0, 1, search, task, now_ms=now)
-        reads = Reads(client, result.notes)
-        reads.add("zcard", zset, default=0)
-        result.total = result.matched = int(reads.run()[0])
-        if search and not task:
-            if _find_exact(client, keys, state, result):
-                _check_page(page, result.pages)
-                return result
-        if search or task:
-            _scan(client, keys, zset, result)
+    now = redis_now()
+    result = JobPage(queue, state, order, page, [], 0, 0, 1, search, task, now_ms=now)
+    result.total = result.matched = queues.count(queue, state, result.notes)
+    if search and not task:
+        if _find_exact(result):
+            _check_page(page, result.pages)
             return result
-        result.pages = _pages(result.total)
-        _check_page(page, result.pages)
-        start = (page - 1) * PAGE_SIZE
-        entries = _range(client, zset, start, start + PAGE_SIZE - 1, order, result)
-        result.rows = _rows(client, keys, entries, result)
-        result.tasks_seen = sorted({row.task for row in result.rows if row.task})
+    if search or task:
+        _scan(result)
+        return result
+    result.pages = _pages(result.total)
+    _check_page(page, result.pages)
+    start = (page - 1) * PAGE_SIZE
+    result.rows = _rows(_range(start, start + PAGE_SIZE - 1, result), result)
+    result.tasks_seen = sorted({row.task for row in result.rows if row.task})
     return result
 
 
-def _find_exact(client: Redis, keys: QueueKeys, state: State, result: JobPage) -> bool:
+def _find_exact(result: JobPage) -> bool:
     """Search by exact job id or exact dedupe key; True when the search was one of those."""
     candidate = result.search.strip().upper()
     mode: Literal["id", "key"]
     if JOB_ID.fullmatch(candidate):
         member, mode = candidate.encode(), "id"
     else:
-        reads = Reads(client, result.notes)
-        reads.add("hget", keys.dedupe, result.search.encode("utf-8", "surrogatepass"))
-        (found,) = reads.run()
+        found = queues.id_of_key(result.queue, result.search, result.notes)
         if found is None:
             return False
         member, mode = found, "key"
-    reads = Reads(client, result.notes)
-    for s in STATES:
-        reads.add("zscore", keys.of_state(s), member)
-    scores = dict(zip(STATES, reads.run(), strict=True))
+    scores = queues.states_of(result.queue, member, result.notes)
     result.search_mode = mode
     result.matched = 0
-    score = scores[state]
+    score = scores[result.state]
     if score is not None:
-        result.rows = _rows(client, keys, [(member, score)], result)
+        result.rows = _rows([(member, score)], result)
         result.matched = 1
     else:
         result.elsewhere = next((s for s in STATES if scores[s] is not None), None)
@@ -322,7 +275,7 @@ def _find_exact(client: Redis, keys: QueueKeys, state: State, result: JobPage) -
     return True
 
 
-def _scan(client: Redis, keys: QueueKeys, zset: str, result: JobPage) -> None:
+def _scan(result: JobPage) -> None:
     """Filter a bounded window (SEARCH_WINDOW entries from the head in the page's order) by a
     text search over task name and dedupe key and/or an exact task name."""
     needle = result.search.lower()
@@ -331,10 +284,10 @@ def _scan(client: Redis, keys: QueueKeys, zset: str, result: JobPage) -> None:
     scanned = 0
     while scanned < SEARCH_WINDOW:
         want = min(SCAN_CHUNK, SEARCH_WINDOW - scanned)
-        entries = _range(client, zset, scanned, scanned + want - 1, result.order, result)
+        entries = _range(scanned, scanned + want - 1, result)
         members = [member for member, _ in entries]
-        found = read_fields(
-            Reads(client, result.notes), keys, members, (JobField.TASK, JobField.KEY)
+        found = record.fields_of(
+            queue_keys(result.queue), members, (JobField.TASK, JobField.KEY), result.notes
         )
         for entry, fields in zip(entries, found, strict=True):
             task, key = fields.get(JobField.TASK, ""), fields.get(JobField.KEY, "")
@@ -356,4 +309,4 @@ def _scan(client: Redis, keys: QueueKeys, zset: str, result: JobPage) -> None:
     result.tasks_seen = sorted(seen_tasks)
     _check_page(result.page, result.pages)
     start = (result.page - 1) * PAGE_SIZE
-    result.rows = _rows(client, keys, matches[start : start + PAGE_SIZE], result)
+    result.rows = _rows(matches[start : start + PAGE_SIZE], result)

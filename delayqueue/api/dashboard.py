@@ -12,11 +12,9 @@ from typing import Any
 
 from delayqueue.api.display import Moment, integer, text
 from delayqueue.engine import presence, registry
-from delayqueue.engine.clients import get_raw_redis, redis_now_ms
-from delayqueue.engine.keys import WorkerField, queue_keys
-from delayqueue.engine.queues import CountSlots
-from delayqueue.engine.reads import Reads
-from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine import queues as queue_state
+from delayqueue.engine.keys import STAT_FIELDS, WorkerField
+from delayqueue.engine.reads import redis_now
 from delayqueue.engine.shards import logical, shard_index
 
 MAX_WORKERS_SHOWN = 100
@@ -50,38 +48,10 @@ class QueueOverview:
     shards: list[QueueOverview] = field(default_factory=list)  # a sharded queue's, in order
 
 
-_STAT_FIELDS = ("dispatched", "acked", "failed", "dead")
-
-
-@dataclass(frozen=True)
-class _QueueSlots:
-    """Where each reply about one queue stands in the overview's pipeline: the engine's
-    counts, then the stats hashes."""
-
-    counts: CountSlots
-    stats: list[int]  # HMGET of the stats hash of this minute, then of each minute before
-
-    @classmethod
-    def add(cls, reads: Reads, queue: str, minute: int) -> _QueueSlots:
-        keys = queue_keys(queue)
-        return cls(
-            counts=CountSlots.add(reads, queue),
-            stats=[
-                reads.add(
-                    "hmget",
-                    keys.stats(minute - back),
-                    _STAT_FIELDS,
-                    default=[None] * len(_STAT_FIELDS),
-                )
-                for back in range(STATS_MINUTES)
-            ],
-        )
-
-
 def _window_sum(buckets: list[list[Any]], fraction_left: float, whole: int) -> Throughput:
     """Counters of a sliding window: the ``whole`` newest minute buckets plus the share of the
     next older one that still falls inside the window (the usual sliding-window estimate)."""
-    totals = [0.0] * len(_STAT_FIELDS)
+    totals = [0.0] * len(STAT_FIELDS)
     for index, values in enumerate(buckets[: whole + 1]):
         weight = 1.0 if index < whole else fraction_left
         for i, value in enumerate(values):
@@ -91,19 +61,15 @@ def _window_sum(buckets: list[list[Any]], fraction_left: float, whole: int) -> T
 
 def overview(queues: list[str], notes: list[str] | None = None) -> tuple[int, list[QueueOverview]]:
     """(Redis now ms, one overview per queue), in two round trips whatever the queue count."""
-    with redis_errors():
-        client = get_raw_redis()
-        now = redis_now_ms(client)
-        minute, into = divmod(now, MINUTE_MS)
-        fraction_left = 1 - into / MINUTE_MS
-        reads = Reads(client, [] if notes is None else notes)
-        slots = [_QueueSlots.add(reads, queue, minute) for queue in queues]
-        replies = reads.run()
+    now = redis_now()
+    minute, into = divmod(now, MINUTE_MS)
+    fraction_left = 1 - into / MINUTE_MS
+    read = queue_state.counts_and_stats(
+        queues, minute, STATS_MINUTES, [] if notes is None else notes
+    )
     result = []
-    for queue, slot in zip(queues, slots, strict=True):
-        counts = slot.counts.counts(replies)
+    for queue, (counts, buckets) in zip(queues, read, strict=True):
         head, deadline = counts.next_due_ms, counts.next_deadline_ms
-        buckets = [replies[i] for i in slot.stats]
         result.append(
             QueueOverview(
                 name=queue,
@@ -160,7 +126,7 @@ def _earliest(moments: Iterable[Moment | None]) -> Moment | None:
 
 def _total(counts: Iterable[Throughput]) -> Throughput:
     rows = list(counts)
-    return Throughput(*(sum(getattr(r, f) for r in rows) for f in _STAT_FIELDS))
+    return Throughput(*(sum(getattr(r, f) for r in rows) for f in STAT_FIELDS))
 
 
 # ---- the due-time chart -----------------------------------------------------------------
@@ -180,53 +146,28 @@ class DueChart:
     hours: list[Bucket]  # the next 24 hours, one bucket each
 
 
-@dataclass(frozen=True)
-class _ChartSlots:
-    """Where each ZCOUNT about one queue stands in the chart's pipeline."""
-
-    overdue: int
-    minutes: list[int]
-    hours: list[int]
-
-
-def _buckets(
-    starts: list[int], slots: list[list[int]], replies: list[Any], now: int, unit: str
-) -> list[Bucket]:
-    """One bucket per start, its count summed over the queues (ZCOUNT: an integer reply)."""
-    return [
-        Bucket(Moment(start, now), sum(int(replies[s[i]]) for s in slots), f"+{i} {unit}")
-        for i, start in enumerate(starts)
-    ]
-
-
 def due_chart(queues: list[str], notes: list[str] | None = None) -> DueChart:
     """How many scheduled jobs come due per minute over the next hour and per hour over the
     next day (ZCOUNT per bucket and queue, one pipeline)."""
-    with redis_errors():
-        client = get_raw_redis()
-        now = redis_now_ms(client)
-        minute_starts = [now + i * MINUTE_MS for i in range(CHART_MINUTES)]
-        hour_starts = [now + i * HOUR_MS for i in range(CHART_HOURS)]
-        reads = Reads(client, [] if notes is None else notes)
-
-        def counts(zset: str, starts: list[int], width: int) -> list[int]:
-            return [reads.add("zcount", zset, s, f"({s + width}", default=0) for s in starts]
-
-        slots = []
-        for queue in queues:
-            zset = queue_keys(queue).scheduled
-            slots.append(
-                _ChartSlots(
-                    overdue=reads.add("zcount", zset, "-inf", f"({now}", default=0),
-                    minutes=counts(zset, minute_starts, MINUTE_MS),
-                    hours=counts(zset, hour_starts, HOUR_MS),
-                )
-            )
-        replies = reads.run()
+    now = redis_now()
+    minute_starts = [now + i * MINUTE_MS for i in range(CHART_MINUTES)]
+    hour_starts = [now + i * HOUR_MS for i in range(CHART_HOURS)]
+    spans = [(float("-inf"), float(now))]
+    spans += [(start, start + MINUTE_MS) for start in minute_starts]
+    spans += [(start, start + HOUR_MS) for start in hour_starts]
+    counted = queue_state.due_between(queues, spans, [] if notes is None else notes)
+    by_minute = counted[1 : 1 + CHART_MINUTES]
+    by_hour = counted[1 + CHART_MINUTES :]
     return DueChart(
-        overdue=sum(int(replies[s.overdue]) for s in slots),
-        minutes=_buckets(minute_starts, [s.minutes for s in slots], replies, now, "min"),
-        hours=_buckets(hour_starts, [s.hours for s in slots], replies, now, "h"),
+        overdue=counted[0],
+        minutes=[
+            Bucket(Moment(start, now), n, f"+{i} min")
+            for i, (start, n) in enumerate(zip(minute_starts, by_minute, strict=True))
+        ],
+        hours=[
+            Bucket(Moment(start, now), n, f"+{i} h")
+            for i, (start, n) in enumerate(zip(hour_starts, by_hour, strict=True))
+        ],
     )
 
 
@@ -246,8 +187,7 @@ class WorkerInfo:
 def workers(notes: list[str] | None = None) -> tuple[list[WorkerInfo], int]:
     """(alive ``run_delay_worker`` processes, newest heartbeat first; count of entries whose
     heartbeat hash has expired). A worker's hash expires ~30 s after its last heartbeat."""
-    with redis_errors():
-        now = redis_now_ms(get_raw_redis())
+    now = redis_now()
     alive, gone = [], 0
     for entry in registry.worker_entries(MAX_WORKERS_SHOWN, notes):
         if not entry.fields:

@@ -8,11 +8,10 @@ import json
 from dataclasses import dataclass, field
 
 from delayqueue.api.display import DETAIL_CHARS, Moment, integer, text, ulid_ms
-from delayqueue.engine.clients import get_raw_redis, redis_now_ms
+from delayqueue.engine import record
 from delayqueue.engine.keys import STATES, JobField, State, queue_keys
 from delayqueue.engine.packing import job_fields
-from delayqueue.engine.reads import Reads
-from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.reads import redis_now
 
 PRETTY_CHARS = 200_000  # arguments longer than this are shown as stored, not re-indented
 HISTORY_SHOWN = 200
@@ -102,15 +101,9 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
     """Everything about one job, or None when neither its hash nor any set holds it."""
     keys = queue_keys(queue)
     notes: list[str] = []
-    with redis_errors():
-        client = get_raw_redis()
-        now = redis_now_ms(client)
-        reads = Reads(client, notes)
-        reads.add("hgetall", keys.job_of_member(job_id.encode()), default={})
-        reads.add("hget", keys.spec_bucket(job_id.encode()), job_id, default=None)
-        for s in STATES:
-            reads.add("zscore", keys.of_state(s), job_id, default=None)
-        stored, spec, *scores = reads.run()
+    now = redis_now()
+    found = record.stored_job(keys, job_id, notes)
+    stored, spec, scores = found.hash, found.spec, list(found.scores.values())
     hash_fields = {text(name): text(value) for name, value in stored.items()}
     fields = job_fields(hash_fields, None if spec is None else text(spec))
     state = next((s for s, score in zip(STATES, scores, strict=True) if score is not None), None)

@@ -139,7 +139,7 @@ def retry_all_dead(queue: str, *, chunk: int = RETRY_CHUNK) -> BulkResult:
     cannot run stay in dead (and are counted)."""
     keys = queue_keys(check_queue_name(queue))
     result = BulkResult("retry all")
-    budget = queues.count(queue, "dead")
+    budget = queues.count(queue, "dead", [])
     skip = 0  # dead jobs at the head that stay dead (unrunnable)
     while budget > 0:
         ids = queues.members(queue, "dead", skip, skip + min(chunk, budget) - 1)  # as stored
@@ -163,7 +163,7 @@ def purge_all_dead(queue: str, *, chunk: int = PURGE_CHUNK) -> BulkResult:
     at the start, are kept."""
     keys = queue_keys(check_queue_name(queue))
     result = BulkResult("purge all")
-    budget = queues.count(queue, "dead")
+    budget = queues.count(queue, "dead", [])
     while budget > 0:
         deleted = run(transitions.purge_oldest(keys, min(chunk, budget)))
         if not deleted:

@@ -11,11 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 from delayqueue.api import browse, dashboard
 from delayqueue.api.display import Moment
-from delayqueue.engine import presence
-from delayqueue.engine.clients import get_raw_redis
-from delayqueue.engine.keys import STATES, State, check_queue_name, queue_keys
-from delayqueue.engine.reads import Reads
-from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine import presence, record
+from delayqueue.engine.keys import check_queue_name
 
 DEFAULT_MAX_OVERDUE = 60.0  # seconds the oldest due job may wait before health fails
 
@@ -194,33 +191,12 @@ def _seconds(value: float) -> str:
 # ---- where a job is ---------------------------------------------------------------------
 
 
-@dataclass
-class Place:
-    queue: str
-    state: State | None  # None: its data is there but it is in no set
+Place = record.Place
 
 
 def locate(job_id: str, queues: list[str] | None = None) -> list[Place]:
     """The queues (every known one, or ``queues``) that hold ``job_id``, and in which state:
-    one pipeline of ZSCOREs, the packed spec and the job hash per queue."""
+    one round trip (engine/record.py)."""
     notes: list[str] = []
     names = browse.known_queues(notes) if queues is None else queues
-    with redis_errors():
-        reads = Reads(get_raw_redis(), notes)
-        for queue in names:
-            keys = queue_keys(queue)
-            for each in STATES:
-                reads.add("zscore", keys.of_state(each), job_id, default=None)
-            reads.add("hexists", keys.spec_bucket(job_id.encode()), job_id, default=0)
-            reads.add("exists", keys.job_of_member(job_id.encode()), default=0)
-        replies = reads.run()
-    width = len(STATES) + 2
-    places = []
-    for index, queue in enumerate(names):
-        *scores, spec, stored = replies[index * width : (index + 1) * width]
-        state: State | None = next(
-            (s for s, sc in zip(STATES, scores, strict=True) if sc is not None), None
-        )
-        if state is not None or spec or stored:
-            places.append(Place(queue, state))
-    return places
+    return record.places_of(job_id, names, notes)

@@ -40,6 +40,7 @@ from delayqueue.engine.keys import global_keys
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.errors import InvalidOption, RedisUnavailable
 from delayqueue.redaction import redact_url
+from delayqueue.validators import check_sentinel_kwargs
 
 _lock = threading.Lock()
 _clients: dict[bool, Redis] = {}  # decode_responses -> client
@@ -391,3 +392,9 @@ def redis_now_ms(client: Redis | None = None) -> int:
     """Redis's clock (TIME) in epoch ms: the clock every script scores with."""
     seconds, micros = (client or get_redis()).time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def check_sentinel_client(kwargs: Any) -> None:
+    """Raise InvalidOption, TypeError or ValueError unless ``kwargs`` (SENTINEL_KWARGS) make
+    a client for the sentinels themselves; nothing connects."""
+    redis.Redis(**check_sentinel_kwargs(kwargs)).close()

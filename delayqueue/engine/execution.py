@@ -29,7 +29,7 @@ from redis.connection import AbstractConnection
 from redis.exceptions import AskError, InvalidResponse, NoPermissionError, NoScriptError
 
 from delayqueue.conf import get_settings
-from delayqueue.engine.clients import get_redis, is_cluster, on_reset
+from delayqueue.engine.clients import get_raw_redis, get_redis, is_cluster, on_reset
 from delayqueue.engine.redis_errors import redis_errors, translate
 from delayqueue.engine.scripts import Scripts
 from delayqueue.engine.transitions import ReplyT, ScriptCall
@@ -78,11 +78,14 @@ def run(
     *,
     durable: bool | None = None,
     strict: bool = True,
+    as_bytes: bool = False,
 ) -> ReplyT:
     """Run one script call (EVALSHA, loading the script when Redis lost it) and read its
     reply; Redis's errors as delayqueue's (see ``translate``). Durable and ``strict`` (a
     caller's write): NotDurable when the replicas did not acknowledge it in time (it is
-    written); not strict (the workers' own writes), a warning in the log."""
+    written); not strict (the workers' own writes), a warning in the log. ``as_bytes``: on
+    the client whose replies are bytes (ids read back as stored, UTF-8 or not)."""
+    client = get_raw_redis() if as_bytes else client
     wait = durability(durable)
     if wait is not None:
         (reply,) = run_many([call], client, durable=True, strict=strict)
@@ -101,15 +104,18 @@ def run_many(
     *,
     durable: bool | None = None,
     strict: bool = False,
+    as_bytes: bool = False,
 ) -> list[Any]:
     """Run many script calls in one round trip; each item of the result is the call's read
     reply, or the DelayQueueError its script raised (the other calls still ran).
 
     Durable, replicas that did not acknowledge in time are NotDurable when ``strict`` (a
     caller's write), else a warning in the log (the worker's own writes: the jobs it claimed
-    must still be dispatched; a failover would only run them again)."""
+    must still be dispatched; a failover would only run them again). ``as_bytes``: as for
+    ``run``."""
     if not calls:
         return []
+    client = get_raw_redis() if as_bytes else client
     scripts = get_scripts()
     wait = durability(durable)
     with redis_errors():

@@ -19,6 +19,8 @@ from typing import Final, Literal
 from delayqueue.conf import get_settings
 from delayqueue.errors import InvalidJobId, InvalidQueueName
 
+# The counters of a queue's per-minute stats hash (``QueueKeys.stats``; lua/_stats.lua).
+STAT_FIELDS = ("dispatched", "acked", "failed", "dead")
 # Per-minute stats hashes outlive the two hours the dashboard charts by five minutes.
 STATS_TTL_SECONDS = 2 * 3600 + 300
 

@@ -12,7 +12,17 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from delayqueue.engine.clients import get_raw_redis, redis_now_ms
+from delayqueue.engine.redis_errors import redis_errors
+
 NOTE_KEY_CHARS = 200  # most characters of a key name a note shows
+
+
+def redis_now() -> int:
+    """Redis's clock (TIME) in epoch ms, the clock of every due time; Redis's errors as
+    delayqueue's."""
+    with redis_errors():
+        return redis_now_ms(get_raw_redis())
 
 
 class Reads:

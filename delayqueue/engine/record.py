@@ -3,13 +3,104 @@ its packed spec (``packing.py``); the fields by their names in ``keys.JobField``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from delayqueue.engine.async_clients import loop_clients
-from delayqueue.engine.clients import get_redis
-from delayqueue.engine.keys import JobField, QueueKeys
+from delayqueue.engine.clients import get_raw_redis, get_redis
+from delayqueue.engine.keys import STATES, JobField, QueueKeys, State, queue_keys
 from delayqueue.engine.packing import job_fields
+from delayqueue.engine.reads import Reads
 from delayqueue.engine.redis_errors import redis_errors
+
+# ---- one job, everything stored about it -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """What Redis holds about one job, as stored: its hash, its packed spec, and its score
+    in each state's sorted set (None where it is not)."""
+
+    hash: dict[bytes, bytes]
+    spec: bytes | None
+    scores: dict[State, float | None]
+
+
+def stored_job(keys: QueueKeys, job_id: str, notes: list[str]) -> StoredJob:
+    """One job's record and states, in one round trip (keys of the wrong type read as
+    empty, with a note)."""
+    member = job_id.encode()
+    with redis_errors():
+        reads = Reads(get_raw_redis(), notes)
+        reads.add("hgetall", keys.job_of_member(member), default={})
+        reads.add("hget", keys.spec_bucket(member), job_id, default=None)
+        for state in STATES:
+            reads.add("zscore", keys.of_state(state), job_id, default=None)
+        stored, spec, *scores = reads.run()
+    return StoredJob(stored, spec, dict(zip(STATES, scores, strict=True)))
+
+
+@dataclass(frozen=True)
+class Place:
+    """A queue that holds a job: its state there (None: its data is there, in no state)."""
+
+    queue: str
+    state: State | None
+
+
+def places_of(job_id: str, queues: list[str], notes: list[str]) -> list[Place]:
+    """The queues of ``queues`` that hold ``job_id`` and in which state: one round trip of
+    ZSCOREs, the packed spec and the job hash per queue."""
+    member = job_id.encode()
+    with redis_errors():
+        reads = Reads(get_raw_redis(), notes)
+        for queue in queues:
+            keys = queue_keys(queue)
+            for each in STATES:
+                reads.add("zscore", keys.of_state(each), job_id, default=None)
+            reads.add("hexists", keys.spec_bucket(member), job_id, default=0)
+            reads.add("exists", keys.job_of_member(member), default=0)
+        replies = reads.run()
+    width = len(STATES) + 2
+    places = []
+    for index, queue in enumerate(queues):
+        *scores, spec, stored = replies[index * width : (index + 1) * width]
+        state: State | None = next(
+            (s for s, sc in zip(STATES, scores, strict=True) if sc is not None), None
+        )
+        if state is not None or spec or stored:
+            places.append(Place(queue, state))
+    return places
+
+
+# ---- fields of many jobs ----------------------------------------------------------------
+
+
+def fields_of(
+    keys: QueueKeys, members: list[bytes], names: tuple[str, ...], notes: list[str]
+) -> list[dict[str, str]]:
+    """The named fields of each job as text (any byte that is not UTF-8 escaped), from its
+    hash or its packed spec, in one round trip (a job key or specs bucket of the wrong type
+    reads as empty, with a note)."""
+    if not members:
+        return []
+    with redis_errors():
+        reads = Reads(get_raw_redis(), notes)
+        for member in members:
+            reads.add("hmget", keys.job_of_member(member), names, default=[None] * len(names))
+            reads.add("hget", keys.spec_bucket(member), member, default=None)
+        replies = reads.run()
+    found = []
+    for values, spec in zip(replies[::2], replies[1::2], strict=True):
+        stored = {n: _text(v) for n, v in zip(names, values, strict=True) if v}
+        fields = job_fields(stored, None if spec is None else _text(spec))
+        found.append({name: fields[name] for name in names if name in fields})
+    return found
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
 
 # ---- the task name of a job, wherever its record is -------------------------------------
 

@@ -42,6 +42,16 @@ def redis_errors() -> _RedisErrors:
     return _REDIS_ERRORS
 
 
+def as_delayqueue_error(exc: BaseException) -> DelayQueueError | None:
+    """``exc`` as a DelayQueueError when it is one or an error of the Redis client that
+    escaped ``redis_errors()``; None for anything else."""
+    if isinstance(exc, DelayQueueError):
+        return exc
+    if isinstance(exc, redis.RedisError | RedisClusterException):
+        return translate(exc)
+    return None
+
+
 # Error reply prefixes an operator can act on, and what delayqueue raises for each.
 _REPLY_ERRORS: dict[str, type[DelayQueueError]] = {
     "OOM": RedisOutOfMemory,

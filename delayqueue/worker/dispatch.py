@@ -21,7 +21,6 @@ from delayqueue import events
 from delayqueue.batches import HEADER_BATCH, RUN_BATCH, BatchJob
 from delayqueue.decorator import DelayedTask
 from delayqueue.engine import transitions
-from delayqueue.engine.clients import get_raw_redis, get_redis
 from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import JOB_ID, queue_keys
 from delayqueue.errors import CorruptJob
@@ -386,8 +385,9 @@ def bury(
     through the bytes client, so its keys are the ones Redis holds."""
     keys = queue_keys(queue)
     reason = utf8_safe(reason)
-    client = get_raw_redis() if isinstance(job_id, bytes) else get_redis()
-    buried = run(transitions.bury(keys, job_id, reason), client, strict=False)
+    buried = run(
+        transitions.bury(keys, job_id, reason), strict=False, as_bytes=isinstance(job_id, bytes)
+    )
     text_id = job_id.decode("utf-8", "backslashreplace") if isinstance(job_id, bytes) else job_id
     if buried:
         events.dead(SENDER_DELAY_WORKER, queue, text_id, reason, "buried", task, attempt)

@@ -19,21 +19,20 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import redis
 from celery import Celery
-from redis.client import PubSub
 from ulid import ULID
 
 from delayqueue import events
 from delayqueue.conf import get_settings
 from delayqueue.decorator import DelayedTask
 from delayqueue.engine import registry, transitions
-from delayqueue.engine.clients import get_raw_redis, get_redis, redis_now_ms
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import check_queue_name, queue_keys
+from delayqueue.engine.reads import redis_now
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
+from delayqueue.engine.wake import WakeChannels, WakeLost
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.runner import get_celery_app
 from delayqueue.validators import (
@@ -104,8 +103,7 @@ class DelayWorker:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
         self.stopping = False
         self._last_heartbeat = 0.0
-        self._pubsub: PubSub | None = None
-        self._subscribed: set[str] = set()
+        self.wake = WakeChannels()
         self.clock = RedisClock()
         # Jobs a pass claims per queue: the batch size, or less after a wait (``run`` sets it).
         self.claim_limit = self.batch_size
@@ -169,8 +167,7 @@ class DelayWorker:
     @staticmethod
     def _reachable() -> None:
         """Raise RedisUnavailable (or the error Redis gives) unless Redis answers."""
-        with redis_errors():
-            redis_now_ms(get_redis())
+        redis_now()
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, frame: FrameType | None) -> None:
@@ -195,7 +192,7 @@ class DelayWorker:
         if not plan:
             return PassResult(wait_ms=self.safety_poll * 1000, wake_at=started + self.safety_poll)
         calls = [call for _, _, queue_calls in plan for call in queue_calls]
-        replies = iter(run_many(calls, get_raw_redis()))
+        replies = iter(run_many(calls, as_bytes=True))
         # Redis read ``now`` (floored to the ms) before this: waking ``point - now`` ms after
         # it is never before ``point`` (``wait_ms``); ``self.clock`` wakes closer to ``point``.
         # Either way the time spent dispatching is not added on top.
@@ -343,7 +340,6 @@ class DelayWorker:
         for the whole ms that fit, and the last fraction of a ms is slept, deaf to the
         channel (a job that becomes due meanwhile is claimed at the end of it)."""
         deadline = time.monotonic() + max(0.0, seconds)
-        pubsub = self._pubsub
         while not self.stopping:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -351,19 +347,15 @@ class DelayWorker:
             if remaining < 0.001:
                 time.sleep(remaining)
                 return
-            if pubsub is None:
+            if not self.wake.listening:
                 time.sleep(min(remaining, 0.25))
                 continue
             whole_ms = math.floor(min(remaining, 0.25) * 1000) / 1000 - 1e-6
             try:
-                message = pubsub.get_message(ignore_subscribe_messages=True, timeout=whole_ms)
-            except (redis.RedisError, OSError) as exc:
+                if self.wake.wait(whole_ms):
+                    return
+            except WakeLost as exc:
                 logger.warning("wake channel lost (%s); sleeping without it", exc)
-                self._pubsub, self._subscribed = None, set()
-                return
-            if message is not None:
-                while pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
-                    pass
                 return
 
     def _heartbeat(self) -> None:
@@ -390,13 +382,7 @@ class DelayWorker:
                 for shard in shard_names(task.dq_queue or get_settings().default_queue)
             }
             self.queues = sorted(known)
-        wanted = {queue_keys(q).wake for q in self.queues}
-        if self._pubsub is None:
-            self._pubsub = get_redis().pubsub(ignore_subscribe_messages=True)
-            self._subscribed = set()
-        if wanted - self._subscribed:
-            self._pubsub.subscribe(*(wanted - self._subscribed))
-            self._subscribed |= wanted
+        self.wake.listen(self.queues)
 
     def _goodbye(self) -> None:
         try:
@@ -408,9 +394,7 @@ class DelayWorker:
     def close(self) -> None:
         """Close the connections of this worker's own: the wake channel's and the
         publisher's (``run`` does when it stops)."""
-        pubsub, self._pubsub, self._subscribed = self._pubsub, None, set()
-        if pubsub is not None:
-            pubsub.close()
+        self.wake.close()
         self.dispatcher.close()
 
 
