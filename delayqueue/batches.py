@@ -30,41 +30,20 @@ from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
-from delayqueue.runner import Backoff, failure_call, hold_until_due, valid_dispatch
+from delayqueue.runner import Backoff, failure_call, hold_until_due
+from delayqueue.wire import BatchEntry, valid_dispatch
 
 logger = logging.getLogger(__name__)
 
-RUN_BATCH = "delayqueue.run_batch"
-HEADER_BATCH = "dq_batch"  # on a batch message: its job count (for Flower and logs)
-
 
 @dataclass
-class BatchJob:
-    """One job of a batch message: ``[id, token, args, kwargs, due ms or None]``."""
+class BatchJob(BatchEntry):
+    """One job of a batch message as it runs here."""
 
-    id: str
-    token: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    due_ms: int | None
     attempt: int = 0
     # set by its begin: Redis's clock as it ran (microseconds), the time.monotonic() of its reply
     begun_us: int | None = None
     replied: float = 0.0
-
-    @classmethod
-    def parse(cls, entry: Any) -> BatchJob | None:
-        if not (isinstance(entry, list | tuple) and len(entry) == 5):
-            return None
-        job_id, token, args, kwargs, due = entry
-        if not (isinstance(job_id, str) and isinstance(token, str)):
-            return None
-        if not (isinstance(args, list) and isinstance(kwargs, dict)):
-            return None
-        return cls(job_id, token, args, kwargs, due if isinstance(due, int) else None)
-
-    def entry(self) -> list[Any]:
-        return [self.id, self.token, self.args, self.kwargs, self.due_ms]
 
 
 @dataclass

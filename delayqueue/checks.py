@@ -306,7 +306,7 @@ def check_celery_app(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     """The Celery app delayqueue dispatches with can run delayqueue's messages: it can be
     imported, accepts JSON, and has delayqueue's own tasks (run_task, run_batch)."""
     from delayqueue import tasks
-    from delayqueue.runner import get_celery_app
+    from delayqueue.celery_app import get_celery_app
 
     try:
         app = get_celery_app()

@@ -17,6 +17,7 @@ from celery import Task
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from delayqueue import events
+from delayqueue.celery_app import resolve_task
 from delayqueue.conf import WAKE_HORIZON_MS, Settings, get_settings
 from delayqueue.engine import record, transitions
 from delayqueue.engine.clients import remember_queue
@@ -25,8 +26,6 @@ from delayqueue.engine.keys import check_job_id, check_queue_name, new_job_id, q
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for, shard_names
 from delayqueue.errors import InvalidJobId, NotSerializable, UnknownTask
-from delayqueue.payload import encode_args
-from delayqueue.runner import resolve_task
 from delayqueue.schedule import Mode, to_due
 from delayqueue.signals import SENDER_CLIENT
 from delayqueue.validators import (
@@ -36,6 +35,7 @@ from delayqueue.validators import (
     check_on_conflict,
     check_visibility_timeout,
 )
+from delayqueue.wire import encode_args
 
 T = TypeVar("T")
 OnConflict = Literal["keep", "replace"]

@@ -17,7 +17,7 @@ from delayqueue import async_client, client, tasks  # noqa: F401
 from delayqueue.engine.keys import check_queue_name
 from delayqueue.engine.shards import declare
 from delayqueue.errors import InvalidOption
-from delayqueue.runner import Backoff, dispatch_headers, run_job
+from delayqueue.runner import Backoff, run_job
 from delayqueue.schedule import delay_seconds
 from delayqueue.validators import (
     check_backoff,
@@ -26,6 +26,7 @@ from delayqueue.validators import (
     check_shards,
     check_visibility_timeout,
 )
+from delayqueue.wire import dispatch_headers
 
 MAX_BATCH = 1_000  # jobs in one batch message
 
@@ -44,6 +45,7 @@ class DelayedTask(_TaskBase):
     ...)``.
     """
 
+    dq_delayed = True  # (wire.DELAYED_MARK: how the delay worker knows such a task)
     dq_queue: str | None = None
     dq_max_attempts: int | None = None
     dq_backoff: Backoff | None = None

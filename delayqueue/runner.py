@@ -10,60 +10,29 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from celery import Celery, Task, current_app, current_task
-from django.utils.module_loading import import_string
+from celery import current_task
 
 from delayqueue import events, signals
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run, run_direct
-from delayqueue.engine.keys import JOB_ID, QUEUE_NAME, QueueKeys, queue_keys
-from delayqueue.errors import DelayQueueError, UnknownTask
+from delayqueue.engine.keys import QueueKeys, queue_keys
+from delayqueue.engine.record import describe_exception, utf8_safe
+from delayqueue.errors import DelayQueueError
 from delayqueue.validators import BACKOFF_MAX_SECONDS, MAX_DISPATCH_AHEAD, VISIBILITY_TIMEOUT_MAX
+from delayqueue.wire import (
+    HEADER_CLAIMED,
+    HEADER_DUE,
+    HEADER_VT,
+    header_ms,
+    valid_dispatch,
+)
 
 MAX_VISIBILITY_MS = int(VISIBILITY_TIMEOUT_MAX * 1000)
 
 logger = logging.getLogger(__name__)
 
-# Message headers a dispatch carries; Celery exposes them as request attributes.
-HEADER_QUEUE = "dq_queue"
-HEADER_ID = "dq_id"
-HEADER_TOKEN = "dq_token"
-# For the metrics and logs only (a message without them runs the same): when the delay
-# worker claimed the job, and the job's due time when the worker knows it (epoch ms,
-# Redis's clock).
-HEADER_CLAIMED = "dq_claimed"
-HEADER_DUE = "dq_due"
-# The dispatching delay worker's visibility timeout (ms), for jobs that set none of their own:
-# begin restarts the deadline from it, so run_delay_worker --visibility-timeout (or its
-# VISIBILITY_TIMEOUT) governs the whole run, not the Celery side's setting.
-HEADER_VT = "dq_vt"
-
 Backoff = float | Callable[[int], float]
-
-
-def get_celery_app() -> Celery:
-    path = get_settings().celery_app
-    if path:
-        module, _, attribute = path.partition(":")
-        configured: Celery = import_string(f"{module}.{attribute or 'app'}")
-        return configured
-    current: Celery = current_app._get_current_object()  # type: ignore[attr-defined]
-    return current
-
-
-def resolve_task(task: Task | str) -> tuple[str, Task | None]:
-    """The registered name of a task (object or name), or UnknownTask."""
-    if isinstance(task, Task):
-        return str(task.name), task
-    if not isinstance(task, str) or not task:
-        raise UnknownTask(f"expected a Celery task or a task name, not {task!r}")
-    app = get_celery_app()
-    if task not in app.tasks:
-        app.loader.import_default_modules()  # runs autodiscover_tasks() in a web process
-    if task not in app.tasks:
-        raise UnknownTask(f"no Celery task is registered as {task!r}")
-    return task, app.tasks[task]
 
 
 def backoff_ms(attempt: int, backoff: Backoff | None) -> int:
@@ -83,35 +52,6 @@ def backoff_ms(attempt: int, backoff: Backoff | None) -> int:
     seconds = min(float(config.backoff_max), base * 2 ** max(0, attempt - 1))
     jitter = float(config.backoff_jitter)
     return max(0, int(seconds * random.uniform(1 - jitter, 1 + jitter) * 1000))
-
-
-def dispatch_headers(request: Any) -> tuple[str, str, str] | None:
-    """(queue, job id, token) when this Celery request is a delayqueue dispatch. A worker
-    exposes message headers as request attributes; ``apply(headers=...)`` as ``headers``."""
-    fields = {
-        name: getattr(request, name, None) for name in (HEADER_QUEUE, HEADER_ID, HEADER_TOKEN)
-    }
-    if not fields[HEADER_ID]:
-        return dispatch_from_headers(getattr(request, "headers", None) or {})
-    return str(fields[HEADER_QUEUE]), str(fields[HEADER_ID]), str(fields[HEADER_TOKEN])
-
-
-def dispatch_from_headers(headers: Any) -> tuple[str, str, str] | None:
-    """(queue, job id, token) from a message's headers, or None when they name no dispatch."""
-    if not isinstance(headers, dict) or not headers.get(HEADER_ID):
-        return None
-    return str(headers.get(HEADER_QUEUE)), str(headers[HEADER_ID]), str(headers.get(HEADER_TOKEN))
-
-
-def header_ms(request: Any, name: str) -> int | None:
-    """A time header of the current dispatch (see ``dispatch_headers``), or None."""
-    value = getattr(request, name, None)
-    if value is None:
-        headers = getattr(request, "headers", None)
-        value = headers.get(name) if isinstance(headers, dict) else None
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 16:
-        return int(value)
-    return None
 
 
 def dispatch_visibility_ms(request: Any) -> int:
@@ -260,35 +200,3 @@ def _record_failure(
     except DelayQueueError:
         logger.exception("job %s failed and the failure could not be recorded", job_id)
         return None, error
-
-
-def describe_exception(exc: BaseException, limit: int) -> str:
-    """``"ExcType: message"`` cut to ``limit`` characters; a note in place of the message
-    when ``str(exc)`` itself raises."""
-    try:
-        text = str(exc)
-    except Exception as inner:
-        text = f"<str() of the exception raised {type(inner).__qualname__}>"
-    return f"{type(exc).__qualname__}: {text}"[:limit]
-
-
-def utf8_safe(text: str) -> str:
-    """``text`` with anything UTF-8 cannot hold (lone surrogates) escaped as ``\\udXXX``:
-    Redis stores UTF-8, and a failure record must not be lost to one bad character."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode()
-    return text
-
-
-def valid_dispatch(queue: str, job_id: str, token: str) -> bool:
-    """Whether message headers name a queue, a job id and a fencing token delayqueue could
-    have written (a message from elsewhere must not reach Redis as a key or argument)."""
-    return (
-        QUEUE_NAME.fullmatch(queue) is not None
-        and JOB_ID.fullmatch(job_id) is not None
-        and token.isascii()
-        and token.isdigit()
-        and len(token) < 16
-    )

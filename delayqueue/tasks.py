@@ -22,24 +22,21 @@ from delayqueue import batches
 from delayqueue.engine import presence, transitions
 from delayqueue.engine.execution import run, run_all, warm_up
 from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.record import utf8_safe
 from delayqueue.errors import DelayQueueError
-from delayqueue.runner import (
+from delayqueue.runner import dispatch_visibility_ms, failure_call, run_job
+from delayqueue.wire import (
     HEADER_CLAIMED,
     HEADER_ID,
     HEADER_QUEUE,
     HEADER_TOKEN,
+    RUN_BATCH,
+    RUN_TASK,
     dispatch_from_headers,
     dispatch_headers,
-    dispatch_visibility_ms,
-    failure_call,
     header_ms,
-    run_job,
-    utf8_safe,
     valid_dispatch,
 )
-
-RUN_TASK = "delayqueue.run_task"
-RUN_BATCH = batches.RUN_BATCH
 
 logger = logging.getLogger(__name__)
 

@@ -575,7 +575,7 @@ def celery_worker_main(argv: list[str]) -> None:
     _setup_django()
     from django.conf import settings
 
-    from delayqueue.runner import get_celery_app
+    from delayqueue.celery_app import get_celery_app
 
     if settings.DELAYQUEUE.get("CELERY_APP"):
         app = get_celery_app()

@@ -16,9 +16,9 @@ from django.test import override_settings
 
 import delayqueue
 from delayqueue import signals
-from delayqueue.batches import RUN_BATCH
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import InvalidOption
+from delayqueue.wire import RUN_BATCH
 from delayqueue.worker.handoff import AUTO_BATCH_FROM, AUTO_BATCH_SIZE
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs

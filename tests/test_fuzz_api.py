@@ -33,7 +33,7 @@ from delayqueue.client import Job, JobSpec
 from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.errors import DelayQueueError
-from delayqueue.payload import encode_args
+from delayqueue.wire import encode_args
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, wait_for

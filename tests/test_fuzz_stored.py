@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import delayqueue
-from delayqueue.batches import RUN_BATCH
 from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import current_minute, new_job_id, queue_keys
-from delayqueue.runner import run_job, valid_dispatch
+from delayqueue.runner import run_job
+from delayqueue.wire import RUN_BATCH, valid_dispatch
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import celery_app_on, wait_for

@@ -34,8 +34,8 @@ from delayqueue.errors import (
     RedisPermissionDenied,
     RedisReadOnly,
 )
-from delayqueue.payload import MAX_NESTING
 from delayqueue.runner import run_job
+from delayqueue.wire import MAX_NESTING
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.corrupt import keys_of_the_test

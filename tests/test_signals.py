@@ -17,8 +17,8 @@ from django.dispatch import Signal
 
 import delayqueue
 from delayqueue import signals
+from delayqueue.celery_app import get_celery_app
 from delayqueue.engine.keys import new_job_id, queue_keys
-from delayqueue.runner import get_celery_app
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 

@@ -136,3 +136,26 @@ async def aread_task_name(keys: QueueKeys, job_id: str) -> str:
         for command in _task_name_commands(keys, job_id):
             pipe.execute_command(*command)
         return _task_name_from(list(await pipe.execute(raise_on_error=False)))
+
+
+# ---- failures as the record keeps them --------------------------------------------------
+
+
+def describe_exception(exc: BaseException, limit: int) -> str:
+    """``"ExcType: message"`` cut to ``limit`` characters; a note in place of the message
+    when ``str(exc)`` itself raises."""
+    try:
+        text = str(exc)
+    except Exception as inner:
+        text = f"<str() of the exception raised {type(inner).__qualname__}>"
+    return f"{type(exc).__qualname__}: {text}"[:limit]
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with anything UTF-8 cannot hold (lone surrogates) escaped as ``\\udXXX``:
+    Redis stores UTF-8, and a failure record must not be lost to one bad character."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text

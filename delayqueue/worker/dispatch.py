@@ -18,26 +18,27 @@ from typing import Any
 from celery import Celery, Task
 
 from delayqueue import events
-from delayqueue.batches import HEADER_BATCH, RUN_BATCH, BatchJob
-from delayqueue.decorator import DelayedTask
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import JOB_ID, queue_keys
+from delayqueue.engine.record import describe_exception, utf8_safe
 from delayqueue.errors import CorruptJob
-from delayqueue.payload import decode_args
-from delayqueue.runner import (
+from delayqueue.signals import SENDER_DELAY_WORKER
+from delayqueue.wire import (
+    HEADER_BATCH,
     HEADER_CLAIMED,
     HEADER_DUE,
     HEADER_ID,
     HEADER_QUEUE,
     HEADER_TOKEN,
     HEADER_VT,
-    describe_exception,
-    utf8_safe,
+    RUN_BATCH,
+    RUN_TASK,
+    BatchEntry,
+    decode_args,
+    is_delayed_task,
     valid_dispatch,
 )
-from delayqueue.signals import SENDER_DELAY_WORKER
-from delayqueue.tasks import RUN_TASK
 from delayqueue.worker.handoff import BACKLOG_FROM, FALLBACK, HandoffWatch, batch_size
 from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
 
@@ -99,7 +100,7 @@ class Dispatcher:
 
     def warm_up(self) -> None:
         """Ready the publisher for the tasks delayqueue dispatches (made by @delayed_task)."""
-        names = [name for name, task in self.app.tasks.items() if isinstance(task, DelayedTask)]
+        names = [name for name, task in self.app.tasks.items() if is_delayed_task(task)]
         with self._publishing:
             self.publisher.warm_up(names)
         self.watch.say_celery_sides()
@@ -186,7 +187,7 @@ class Dispatcher:
             headers[HEADER_DUE] = str(job.due_ms)
         if self.visibility_ms is not None:
             headers[HEADER_VT] = str(self.visibility_ms)
-        if isinstance(target, DelayedTask):
+        if is_delayed_task(target):
             return Send([job], TaskMessage(job.task, args, kwargs, headers, job.task))
         if not self.watch.handoff.may_run_task(job.task):
             return Send([job], TaskMessage(job.task, args, kwargs, {}, job.task), True)
@@ -197,7 +198,7 @@ class Dispatcher:
         """One message for several jobs of one task on one queue (delayqueue/batches.py)."""
         first = pending[0][0]
         entries = [
-            BatchJob(job.id, job.token, args, kwargs, job.due_ms).entry()
+            BatchEntry(job.id, job.token, args, kwargs, job.due_ms).entry()
             for job, args, kwargs in pending
         ]
         headers = {HEADER_BATCH: str(len(entries))}
@@ -332,7 +333,7 @@ def decode_claimed(
     queue: str, raw: transitions.ClaimedJob, claimed_ms: int | None = None
 ) -> Claimed | None:
     """A claimed job from the script's bytes; one whose data is not UTF-8, or whose id or
-    token the Celery side would refuse (``runner.valid_dispatch``), goes to dead.
+    token the Celery side would refuse (``wire.valid_dispatch``), goes to dead.
     ``claimed_ms``: Redis's clock at the claim (the claim reply's ``now``)."""
     job_id, token, attempt = raw.id, raw.token, raw.attempt
     task, args_json, kwargs_json = raw.task, raw.args_json, raw.kwargs_json

@@ -25,13 +25,11 @@ from typing import Any
 
 from celery import Task
 
-from delayqueue.batches import RUN_BATCH
-from delayqueue.decorator import DelayedTask
 from delayqueue.engine import presence, transitions
 from delayqueue.engine.execution import run_all
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
-from delayqueue.tasks import RUN_TASK
+from delayqueue.wire import RUN_BATCH, RUN_TASK, declared_batch, is_delayed_task
 
 logger = logging.getLogger("delayqueue.worker")
 
@@ -247,10 +245,11 @@ def batch_size(
       Celery workers, which take their prefetch off the list, are behind though each pass
       claims few jobs): the pass's jobs of the task in one message.
     Measured in docs/design.md, "Batched hand-off"."""
-    if not isinstance(target, DelayedTask) or not may_batch:
+    if not is_delayed_task(target) or not may_batch:
         return 1
-    if target.dq_batch is not None:
-        return target.dq_batch
+    declared = declared_batch(target)
+    if declared is not None:
+        return declared
     if claimed < 2 or _has_limits(target):
         return 1
     if claimed >= AUTO_BATCH_FROM:

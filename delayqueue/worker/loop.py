@@ -23,8 +23,8 @@ from celery import Celery
 from ulid import ULID
 
 from delayqueue import events
+from delayqueue.celery_app import get_celery_app
 from delayqueue.conf import get_settings
-from delayqueue.decorator import DelayedTask
 from delayqueue.engine import registry, transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import check_queue_name, queue_keys
@@ -34,12 +34,12 @@ from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.engine.wake import WakeChannels, WakeLost
 from delayqueue.errors import DelayQueueError, RedisUnavailable
-from delayqueue.runner import get_celery_app
 from delayqueue.validators import (
     check_batch_size,
     check_dispatch_ahead,
     check_visibility_timeout,
 )
+from delayqueue.wire import declared_queue, is_delayed_task
 from delayqueue.worker.clock import RedisClock
 from delayqueue.worker.dispatch import Claimed, Dispatcher, decode_claimed
 from delayqueue.worker.publishers import Publisher
@@ -378,8 +378,8 @@ class DelayWorker:
             known |= {
                 shard
                 for task in self.app.tasks.values()
-                if isinstance(task, DelayedTask)
-                for shard in shard_names(task.dq_queue or get_settings().default_queue)
+                if is_delayed_task(task)
+                for shard in shard_names(declared_queue(task) or get_settings().default_queue)
             }
             self.queues = sorted(known)
         self.wake.listen(self.queues)

@@ -33,7 +33,7 @@ from kombu import Connection
 from kombu.entity import maybe_delivery_mode
 from kombu.exceptions import OperationalError
 
-from delayqueue.batches import RUN_BATCH
+from delayqueue.wire import RUN_BATCH
 
 logger = logging.getLogger(__name__)
 

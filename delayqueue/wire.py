@@ -1,6 +1,12 @@
-"""Job arguments as JSON: strict checks on the way in, strict parsing on the way out.
+"""The wire format between delayqueue's sides: the producer and the delay worker (the job's
+arguments as JSON, checked strictly on the way in and parsed strictly on the way out: only
+JSON ever reaches Redis, and nothing is unpickled), and the delay worker and the Celery side
+(delayqueue's task names, the message headers a dispatch carries, a batch message's entries,
+what a task declared through ``@delayed_task``).
 
-Only JSON ever reaches Redis, and only ``json.loads`` ever reads it back: nothing is unpickled.
+The delay worker (``worker/``) and the Celery side (``runner``, ``batches``, ``tasks``) both
+import this module and neither imports the other; a change of the format is a change here
+(and of ``engine/presence.WIRE_PROTOCOL`` when old and new sides cannot talk).
 """
 
 from __future__ import annotations
@@ -8,10 +14,126 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from typing import Any
+from typing import Any, Self
 
+from delayqueue.engine.keys import JOB_ID, QUEUE_NAME
 from delayqueue.errors import CorruptJob, NotSerializable, PayloadTooLarge
+
+# ---- delayqueue's own Celery tasks ------------------------------------------------------
+
+RUN_TASK = "delayqueue.run_task"  # a plain Celery task's job: [name, args, kwargs]
+RUN_BATCH = "delayqueue.run_batch"  # jobs of one task in one message: [queue, task, entries]
+
+# ---- the headers a dispatch carries (Celery shows them as request attributes) -----------
+
+HEADER_QUEUE = "dq_queue"
+HEADER_ID = "dq_id"
+HEADER_TOKEN = "dq_token"
+# For the metrics and logs only (a message without them runs the same): when the delay
+# worker claimed the job, and the job's due time when the worker knows it (epoch ms,
+# Redis's clock).
+HEADER_CLAIMED = "dq_claimed"
+HEADER_DUE = "dq_due"
+# The dispatching delay worker's visibility timeout (ms), for jobs that set none of their own:
+# begin restarts the deadline from it, so run_delay_worker --visibility-timeout (or its
+# VISIBILITY_TIMEOUT) governs the whole run, not the Celery side's setting.
+HEADER_VT = "dq_vt"
+HEADER_BATCH = "dq_batch"  # on a batch message: its job count (for Flower and logs)
+
+
+def dispatch_headers(request: Any) -> tuple[str, str, str] | None:
+    """(queue, job id, token) when this Celery request is a delayqueue dispatch. A worker
+    exposes message headers as request attributes; ``apply(headers=...)`` as ``headers``."""
+    fields = {
+        name: getattr(request, name, None) for name in (HEADER_QUEUE, HEADER_ID, HEADER_TOKEN)
+    }
+    if not fields[HEADER_ID]:
+        return dispatch_from_headers(getattr(request, "headers", None) or {})
+    return str(fields[HEADER_QUEUE]), str(fields[HEADER_ID]), str(fields[HEADER_TOKEN])
+
+
+def dispatch_from_headers(headers: Any) -> tuple[str, str, str] | None:
+    """(queue, job id, token) from a message's headers, or None when they name no dispatch."""
+    if not isinstance(headers, dict) or not headers.get(HEADER_ID):
+        return None
+    return str(headers.get(HEADER_QUEUE)), str(headers[HEADER_ID]), str(headers.get(HEADER_TOKEN))
+
+
+def header_ms(request: Any, name: str) -> int | None:
+    """A time header of the current dispatch (see ``dispatch_headers``), or None."""
+    value = getattr(request, name, None)
+    if value is None:
+        headers = getattr(request, "headers", None)
+        value = headers.get(name) if isinstance(headers, dict) else None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 16:
+        return int(value)
+    return None
+
+
+def valid_dispatch(queue: str, job_id: str, token: str) -> bool:
+    """Whether message headers name a queue, a job id and a fencing token delayqueue could
+    have written (a message from elsewhere must not reach Redis as a key or argument)."""
+    return (
+        QUEUE_NAME.fullmatch(queue) is not None
+        and JOB_ID.fullmatch(job_id) is not None
+        and token.isascii()
+        and token.isdigit()
+        and len(token) < 16
+    )
+
+
+# ---- a batch message's entries ----------------------------------------------------------
+
+
+@dataclass
+class BatchEntry:
+    """One job of a batch message: ``[id, token, args, kwargs, due ms or None]``."""
+
+    id: str
+    token: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    due_ms: int | None
+
+    @classmethod
+    def parse(cls, entry: Any) -> Self | None:
+        """The entry, or None when it is not one."""
+        if not (isinstance(entry, list | tuple) and len(entry) == 5):
+            return None
+        job_id, token, args, kwargs, due = entry
+        if not (isinstance(job_id, str) and isinstance(token, str)):
+            return None
+        if not (isinstance(args, list) and isinstance(kwargs, dict)):
+            return None
+        return cls(job_id, token, args, kwargs, due if isinstance(due, int) else None)
+
+    def entry(self) -> list[Any]:
+        return [self.id, self.token, self.args, self.kwargs, self.due_ms]
+
+
+# ---- what a task declared through @delayed_task -----------------------------------------
+
+DELAYED_MARK = "dq_delayed"  # a class attribute, True on @delayed_task's task class
+
+
+def is_delayed_task(task: object) -> bool:
+    """Whether ``task`` is a ``@delayed_task`` (its messages carry the dispatch headers)."""
+    return getattr(task, DELAYED_MARK, False) is True
+
+
+def declared_queue(task: object) -> str | None:
+    queue = getattr(task, "dq_queue", None) if is_delayed_task(task) else None
+    return queue if isinstance(queue, str) else None
+
+
+def declared_batch(task: object) -> int | None:
+    batch = getattr(task, "dq_batch", None) if is_delayed_task(task) else None
+    return batch if isinstance(batch, int) else None
+
+
+# ---- job arguments as JSON --------------------------------------------------------------
 
 _SCALARS = (str, int, bool, type(None))
 _FLAT = frozenset(_SCALARS)  # exact types: subclasses (enums, ...) take the full check
