@@ -17,7 +17,8 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 import delayqueue
-from delayqueue.engine import clients, execution
+from delayqueue.engine import clients
+from delayqueue.engine import direct as direct_path
 from delayqueue.engine.clients import get_redis
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.shards import shard_names
@@ -91,7 +92,7 @@ def test_each_queue_lives_on_the_master_of_its_slot(
     assert isinstance(get_redis(), clients.ClusterClient)
     # delay_for takes the cluster client's path, not direct connections to one node
     job = jobs.record.delay_for("direct?", seconds=60, key="k1", on_commit=False)
-    assert execution._direct is None
+    assert direct_path._direct is None
     assert jobs.record.reschedule(key="k1", seconds=5) is not None
     assert jobs.record.cancel(key="k1") is True
     assert cluster.zscore(queue_keys("tests").scheduled, job.id) is None

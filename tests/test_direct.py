@@ -1,4 +1,4 @@
-"""The single-call path of delay_for (execution.DirectConnections): what redis-py's client
+"""The single-call path of delay_for (engine/direct.py, DirectConnections): what redis-py's client
 does for us elsewhere, it must do too."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import redis
 from redis._parsers import BaseParser
 
 from delayqueue import client as queue
+from delayqueue.engine import direct as direct_path
 from delayqueue.engine import execution, transitions
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import RedisUnavailable
@@ -40,7 +41,7 @@ def test_a_script_missing_after_two_failed_connects_is_loaded_on_the_third(
     promoted replica answers, without the scripts (replicas do not keep them). The script
     is loaded there, and the call goes through."""
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    direct = execution._direct
+    direct = direct_path._direct
     assert direct is not None
     real = direct._connection_class
     refusals = [2]
@@ -64,8 +65,8 @@ def test_a_script_missing_after_two_failed_connects_is_loaded_on_the_third(
 
 def test_a_connection_dropped_while_idle_is_replaced(r: redis.Redis) -> None:
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert execution._direct is not None
-    (idle,) = execution._direct._idle
+    assert direct_path._direct is not None
+    (idle,) = direct_path._direct._idle
     port = idle.connection._sock.getsockname()[1]  # type: ignore[attr-defined]
     (mine,) = [c for c in r.client_list() if c["addr"].endswith(f":{port}")]
     r.client_kill_filter(_id=mine["id"])
@@ -95,7 +96,7 @@ def test_threads_share_the_connections(r: redis.Redis) -> None:
     for t in threads:
         t.join()
     assert len(set(ids)) == 200 and r.zcard(SCHEDULED) == 200
-    assert execution._direct is not None and len(execution._direct._idle) <= 4
+    assert direct_path._direct is not None and len(direct_path._direct._idle) <= 4
 
 
 def test_a_forked_child_uses_connections_of_its_own(r: redis.Redis) -> None:
@@ -124,9 +125,9 @@ def test_warm_up_registers_the_scripts_and_opens_a_direct_connection(r: redis.Re
     from delayqueue.engine import clients
 
     clients.reset()
-    assert execution._direct is None and execution._scripts is None
+    assert direct_path._direct is None and execution._scripts is None
     execution.warm_up()
-    direct = execution._direct
+    direct = direct_path._direct
     assert direct is not None and execution._scripts is not None
     [idle] = direct._idle
     assert idle.connection._sock is not None  # connected before any call
@@ -141,12 +142,12 @@ def test_the_reply_is_read_off_the_socket_and_a_resp3_push_before_it_is_skipped(
     first (here a client-tracking invalidation; on a managed Redis a maintenance notice) is
     not taken for the reply."""
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert execution._direct is not None
-    (idle,) = execution._direct._idle
+    assert direct_path._direct is not None
+    (idle,) = direct_path._direct._idle
     if idle.connection.protocol not in (3, "3"):
         pytest.skip("the client speaks RESP2: Redis sends it no pushes")
     assert idle._reader is not None  # the direct read, not redis-py's read path
-    pack = execution._packed
+    pack = direct_path._packed
     assert idle.exchange(pack("CLIENT", "TRACKING", "ON")) == "OK"
     r.set("dq-test:tracked", "1")
     assert idle.exchange(pack("GET", "dq-test:tracked")) == "1"  # now tracked
@@ -159,14 +160,14 @@ def test_the_reply_is_read_off_the_socket_and_a_resp3_push_before_it_is_skipped(
 
 def test_an_error_reply_read_off_the_socket_is_raised_as_redis_py_would(r: redis.Redis) -> None:
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert execution._direct is not None
-    (idle,) = execution._direct._idle
+    assert direct_path._direct is not None
+    (idle,) = direct_path._direct._idle
     r.set("dq-test:text", "x")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        idle.exchange(execution._packed("ZADD", "dq-test:text", 1, "a"))
+        idle.exchange(direct_path._packed("ZADD", "dq-test:text", 1, "a"))
     with pytest.raises(redis.exceptions.NoScriptError):
-        idle.exchange(execution._packed("EVALSHA", "0" * 40, 0))
-    assert idle.exchange(execution._packed("PING")) == "PONG"  # the connection reads on
+        idle.exchange(direct_path._packed("EVALSHA", "0" * 40, 0))
+    assert idle.exchange(direct_path._packed("PING")) == "PONG"  # the connection reads on
 
 
 def test_a_reply_that_does_not_come_in_time_raises_and_the_next_call_goes_through(
@@ -176,8 +177,8 @@ def test_a_reply_that_does_not_come_in_time_raises_and_the_next_call_goes_throug
     timeout): a call Redis holds back (CLIENT PAUSE) fails after it, on its own, and is
     not sent three times; the connection is dropped and the next call makes a new one."""
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert execution._direct is not None
-    (idle,) = execution._direct._idle
+    assert direct_path._direct is not None
+    (idle,) = direct_path._direct._idle
     idle.disconnect()
     idle.connection.socket_timeout = 0.3
     idle.connect()
@@ -211,7 +212,7 @@ def test_the_reply_after_a_push_is_found_however_the_socket_delivers_them(
     ours, theirs = socket.socketpair()
     ours.settimeout(2)  # a loop waiting for a reply it already has fails, not hangs
     try:
-        link = execution._Link(_Socket(ours))  # type: ignore[arg-type]
+        link = direct_path._Link(_Socket(ours))  # type: ignore[arg-type]
         link._reader = hiredis.Reader(encoding="utf-8")
         for chunk in chunks:
             theirs.sendall(chunk)
@@ -246,7 +247,7 @@ def test_error_replies_read_off_the_socket_are_raised_as_redis_py_raises_them(
     ours, theirs = socket.socketpair()
     ours.settimeout(2)
     try:
-        link = execution._Link(_Socket(ours))  # type: ignore[arg-type]
+        link = direct_path._Link(_Socket(ours))  # type: ignore[arg-type]
         link._reader = hiredis.Reader(
             protocolError=redis.InvalidResponse, replyError=BaseParser.parse_error
         )
@@ -263,8 +264,8 @@ def test_an_idle_direct_connection_is_checked_with_a_ping_first(r: redis.Redis) 
     itself: after that long idle, a PING before the call, so a connection dropped without a
     word is replaced before the job is sent."""
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert execution._direct is not None
-    (idle,) = execution._direct._idle
+    assert direct_path._direct is not None
+    (idle,) = direct_path._direct._idle
     setattr(idle.connection, "health_check_interval", 0.2)  # noqa: B010  (typed int)
     pings = command_calls(r, "ping")
     jobs.record.delay_for("at once", seconds=60, on_commit=False)
@@ -284,7 +285,7 @@ def test_a_socket_of_another_kind_keeps_pythons_timeout() -> None:
 
     for sock in (Green(), socket.socket()):
         sock.settimeout(1.5)
-        execution._kernel_timeouts(sock)
+        direct_path._kernel_timeouts(sock)
         expected = 1.5 if type(sock) is Green or os.uname().sysname != "Linux" else None
         assert sock.gettimeout() == expected
         sock.close()

@@ -1,6 +1,6 @@
 """Running the calls ``transitions`` builds: one at a time, many in one round trip, or on
-the direct connections (only calls safe to resend). Scripts are registered once per client
-and run by SHA; a script Redis lost (restart, SCRIPT FLUSH) is loaded again.
+the direct connections (``direct.py``: only calls safe to resend). Scripts are registered
+once per client and run by SHA; a script Redis lost (restart, SCRIPT FLUSH) is loaded again.
 
 A durable call (``durable=True``, or the ``DURABLE`` setting) is followed by ``WAIT`` in
 the same round trip and on the same connection (on a cluster, one per node the calls went
@@ -8,27 +8,18 @@ to): it returns when ``DURABLE_REPLICAS`` replicas have everything the connectio
 
 from __future__ import annotations
 
-import _socket
 import logging
-import os
-import socket
-import struct
-import sys
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 
-import hiredis
 import redis
-from hiredis import pack_command
 from redis import Redis
-from redis._parsers import BaseParser
 from redis.commands.core import Script
-from redis.connection import AbstractConnection
-from redis.exceptions import AskError, InvalidResponse, NoPermissionError, NoScriptError
+from redis.exceptions import AskError, NoPermissionError, NoScriptError
 
 from delayqueue.conf import get_settings
+from delayqueue.engine import direct
 from delayqueue.engine.clients import get_raw_redis, get_redis, is_cluster, on_reset
 from delayqueue.engine.redis_errors import redis_errors, translate
 from delayqueue.engine.scripts import Scripts
@@ -38,7 +29,6 @@ from delayqueue.errors import DelayQueueError, NotDurable
 logger = logging.getLogger("delayqueue")
 _lock = threading.Lock()
 _scripts: Scripts | None = None
-_direct: DirectConnections | None = None
 
 
 def get_scripts() -> Scripts:
@@ -50,11 +40,9 @@ def get_scripts() -> Scripts:
 
 @on_reset
 def _forget() -> None:
-    global _scripts, _direct
+    global _scripts
     with _lock:
-        if _direct is not None:
-            _direct.close()
-        _scripts, _direct = None, None
+        _scripts = None
 
 
 class Wait(NamedTuple):
@@ -249,227 +237,6 @@ def _execute_durable_on_cluster(
     return replies, acked
 
 
-class DirectConnections:
-    """Connections of our own for one script call per round trip, beside the client's pool.
-
-    redis-py spends about 10 µs of CPU per command on its pool (a poll for stray data on
-    every checkout), retries and instrumentation: as much as the rest of ``delay_for``
-    together. Here an idle connection is popped off a list and pushed back after its reply
-    (both atomic under the GIL, so threads share the list safely); a forked child starts
-    with an empty list and never touches its parent's sockets. The call is written to the
-    connection's socket and its reply read with a hiredis reader of the link's own
-    (``_Link.exchange``), another 8 µs less than redis-py's read path.
-    """
-
-    def __init__(self, client: Redis) -> None:
-        pool = client.connection_pool
-        self._connection_class = pool.connection_class
-        self._kwargs = pool.connection_kwargs
-        self._idle: list[_Link] = []
-        self._pid = os.getpid()
-
-    def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
-        twice with the same arguments: a connection Redis dropped while it sat idle is
-        replaced and the call sent again."""
-        self._forget_parents()
-        try:
-            link, new = self._idle.pop(), False
-        except IndexError:
-            link, new = _Link(self._connection_class(**self._kwargs)), True
-        try:
-            reply = link.call(script, keys, args, connect=new)
-        except BaseException:
-            link.disconnect()
-            raise
-        self._idle.append(link)
-        return reply
-
-    def open(self) -> None:
-        """Connect one idle connection ahead of the first call."""
-        self._forget_parents()
-        if not self._idle:
-            link = _Link(self._connection_class(**self._kwargs))
-            link.connect()
-            self._idle.append(link)
-
-    def _forget_parents(self) -> None:
-        """In a forked child, start with no idle connections (the parent's sockets)."""
-        if self._pid != os.getpid():
-            self._idle, self._pid = [], os.getpid()
-
-    def close(self) -> None:
-        idle, self._idle = self._idle, []
-        if self._pid == os.getpid():
-            for link in idle:
-                link.disconnect()
-
-
-class _Link:
-    """One direct connection: redis-py's connection (which connects, authenticates, asks
-    the sentinels for the master, speaks TLS) and, when redis-py's own read path does
-    nothing more than parse the reply, a hiredis reader that reads its socket directly."""
-
-    __slots__ = ("connection", "_reader", "_used")
-
-    def __init__(self, connection: AbstractConnection) -> None:
-        self.connection = connection
-        self._reader: hiredis.Reader | None = None
-        self._used = 0.0  # time.monotonic() of its last reply
-
-    def connect(self) -> None:
-        """Connect (a no-op when connected); a reader for what the socket says from now on.
-        Not the send's own reconnect, which goes back to the last address: a
-        Sentinel-managed connection asks the sentinels for the master here (a master that
-        answered READONLY was demoted; the connection dropped itself)."""
-        self.connection.connect()
-        self._reader = _reader_for(self.connection)
-        if self._reader is not None:
-            _kernel_timeouts(getattr(self.connection, "_sock", None))
-        self._used = time.monotonic()
-
-    def disconnect(self) -> None:
-        self.connection.disconnect()
-        self._reader = None
-
-    def call(self, script: Script, keys: list[str], args: list[Any], *, connect: bool) -> Any:
-        failures, loaded = 0, False
-        while True:
-            try:
-                if connect or failures:
-                    self.connect()
-                elif self._reader is not None:
-                    self._check_health()
-                return self.exchange(_packed("EVALSHA", script.sha, len(keys), *keys, *args))
-            except NoScriptError:
-                # Once per call, whatever connection failures came first: a replica promoted
-                # by a failover has no scripts, and is often reached on the last attempt.
-                if loaded:
-                    raise
-                loaded = True
-                self.exchange(_packed("SCRIPT", "LOAD", script.script))
-            except redis.AuthenticationError:
-                raise
-            except redis.ConnectionError:
-                failures += 1
-                if failures == 3:
-                    raise
-                self.disconnect()  # the next attempt connects again
-
-    def _check_health(self) -> None:
-        """redis-py's health check, which its read path would make: after
-        ``health_check_interval`` seconds idle, a PING first, so that a connection a NAT or a
-        load balancer dropped without a word is replaced before the call is sent."""
-        interval = getattr(self.connection, "health_check_interval", 0)
-        if interval and time.monotonic() - self._used > interval:
-            try:
-                self.exchange(_packed("PING"))
-            except (redis.ConnectionError, redis.TimeoutError):
-                self.disconnect()
-                self.connect()
-
-    def exchange(self, packed: bytes) -> Any:
-        """Send one packed command and return its reply (raise it, when an error)."""
-        reader, sock = self._reader, getattr(self.connection, "_sock", None)
-        if reader is None or sock is None:  # redis-py's read path, or not connected
-            self.connection.send_packed_command([packed])
-            return self.connection.read_response()
-        try:
-            sock.sendall(packed)
-            while True:
-                reply = reader.gets()
-                if reply is False:  # the reply (or the rest of it) is still on its way
-                    data = sock.recv(65536)
-                    if not data:
-                        raise redis.ConnectionError("Connection closed by server.")
-                    reader.feed(data)
-                elif not isinstance(reply, _PUSH):
-                    break
-                # A RESP3 push (a server's maintenance notice) is not the reply: such hints
-                # only speed up a reconnect, which a dropped connection makes anyway.
-        except (TimeoutError, BlockingIOError):  # (BlockingIOError: see _kernel_timeouts)
-            raise redis.TimeoutError("Timeout reading from socket") from None
-        except OSError as exc:
-            raise redis.ConnectionError(f"Error while talking to Redis: {exc}") from None
-        # An error reply, as redis-py raises it: a ResponseError, or a ConnectionError for
-        # LOADING, NOAUTH and the like, which the caller's retry reconnects for.
-        if isinstance(reply, Exception):
-            raise reply
-        self._used = time.monotonic()
-        return reply
-
-
-def _kernel_timeouts(sock: socket.socket | None) -> None:
-    """Give a plain TCP or Unix socket its timeout as the kernel's SO_RCVTIMEO and
-    SO_SNDTIMEO (Linux) and make it blocking for Python: a Python socket with a timeout
-    polls before every send and every recv, two system calls (about 4 µs) per round trip.
-    A send or recv that times out now fails with EAGAIN (BlockingIOError), which
-    ``exchange`` raises as redis-py's TimeoutError. Sockets of other kinds (TLS, gevent's
-    or eventlet's, whose socket class may stand in for the stdlib's), and other systems,
-    keep Python's timeout."""
-    if (
-        sock is None
-        or not isinstance(sock, _socket.socket)  # (a green socket wraps one instead)
-        or type(sock).__module__ != "socket"
-        or not _KERNEL_TIMEVAL
-    ):
-        return
-    timeout = sock.gettimeout()
-    if timeout is not None:
-        micros = max(1, round(timeout * 1e6))  # (0 would mean no timeout at all)
-        interval = struct.pack("ll", micros // 1_000_000, micros % 1_000_000)  # a timeval
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, interval)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, interval)
-    sock.settimeout(None)
-
-
-# SO_RCVTIMEO's struct timeval as two longs: so on 64-bit Linux (not on 32-bit systems
-# whose time_t is 64 bits).
-_KERNEL_TIMEVAL = sys.platform.startswith("linux") and struct.calcsize("l") == 8
-# RESP3 pushes as hiredis returns them (hiredis 3.2 and later; with an older hiredis a
-# RESP3 connection keeps redis-py's read path: see _reader_for).
-_PUSH: Any = getattr(hiredis, "PushNotification", None)
-
-
-def _packed(*command: Any) -> bytes:
-    """A command as RESP: hiredis (a dependency) packs it without redis-py's pass over each
-    argument."""
-    return pack_command(command)
-
-
-def _reader_for(connection: AbstractConnection) -> hiredis.Reader | None:
-    """A reader of replies (RESP2 or RESP3: hiredis reads both) decoded as the connection
-    decodes them, when reading the socket directly is all redis-py's read path would do:
-    not for a connection class that reads differently (a Sentinel-managed connection
-    turns READONLY into a reconnect)."""
-    kind = type(connection)
-    if (
-        kind.read_response is not AbstractConnection.read_response
-        or kind.send_packed_command is not AbstractConnection.send_packed_command
-        or (_PUSH is None and str(getattr(connection, "protocol", 2)) == "3")
-    ):
-        return None
-    encoder = connection.encoder
-    decoding = (
-        {"encoding": encoder.encoding, "errors": encoder.encoding_errors}
-        if encoder.decode_responses
-        else {}
-    )
-    return hiredis.Reader(
-        protocolError=InvalidResponse, replyError=BaseParser.parse_error, **decoding
-    )
-
-
-def _direct_connections() -> DirectConnections:
-    global _direct
-    if _direct is None:
-        client = get_redis()  # before the lock, which get_redis() takes itself
-        with _lock:
-            if _direct is None:
-                _direct = DirectConnections(client)
-    return _direct
-
-
 def run_direct(
     call: ScriptCall[ReplyT], *, durable: bool | None = None, strict: bool = True
 ) -> ReplyT:
@@ -482,9 +249,9 @@ def run_direct(
         # master holds the call's slot and follows it through failovers and resharding.
         # A durable call's WAIT goes in the same round trip (``run``).
         return run(call, durable=durable, strict=strict)
-    direct = _direct_connections()
+    connections = direct.connections()
     with redis_errors():
-        reply = direct.run(get_scripts()[call.script], call.keys, call.args)
+        reply = connections.run(get_scripts()[call.script], call.keys, call.args)
     return call.parse(reply)
 
 
@@ -496,4 +263,4 @@ def warm_up() -> None:
         if is_cluster(get_redis()):
             get_redis().ping()  # a connection to a node (the client has the slot map)
         else:
-            _direct_connections().open()
+            direct.connections().open()
