@@ -26,30 +26,29 @@ from celery import Task
 
 from delayqueue import events
 from delayqueue.client import (
-    Job,
-    JobSpec,
-    OnConflict,
-    _apply_reply,
     _cancel_calls,
     _cancelled,
     _checked_batch,
-    _chunks,
-    _defer,
-    _durable,
-    _enqueue_call,
     _flag,
-    _in_atomic_block,
     _moved,
     _reschedule_calls,
     _rescheduled_job,
-    _scheduled,
-    _written,
-    spec,
 )
 from delayqueue.engine import record, transitions
 from delayqueue.engine.async_clients import aremember_queue
 from delayqueue.engine.async_execution import arun, arun_all, arun_direct
 from delayqueue.engine.keys import queue_keys
+from delayqueue.job_spec import Job, JobSpec, OnConflict, spec
+from delayqueue.writes import (
+    apply_reply,
+    chunked,
+    defer,
+    durable_of,
+    enqueue_call,
+    in_atomic_block,
+    scheduled,
+    written,
+)
 
 T = TypeVar("T")
 
@@ -130,8 +129,8 @@ async def areschedule(
 async def _asubmit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
     """``client._submit``, awaited: Django's own answer to "inside atomic()?" for the code
     that runs the coroutine (see the module's docs)."""
-    if on_commit and _in_atomic_block(using):
-        _defer(specs, using)
+    if on_commit and in_atomic_block(using):
+        defer(specs, using)
         return
     await _awrite(specs)
 
@@ -141,15 +140,15 @@ async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     if len(specs) == 1:
         job = specs[0].job
         await aremember_queue(job.queue)
-        reply = (await arun_direct(_enqueue_call(specs), durable=specs[0].durable))[0]
-        _apply_reply(job, reply)
-        _scheduled(job, reply)
+        reply = (await arun_direct(enqueue_call(specs), durable=specs[0].durable))[0]
+        apply_reply(job, reply)
+        scheduled(job, reply)
         return
     for queue in {s.job.queue for s in specs}:
         await aremember_queue(queue)
-    chunks = _chunks(specs)
-    replies = await arun_all([_enqueue_call(chunk) for chunk in chunks], durable=_durable(specs))
-    _written(chunks, replies, each_level)
+    chunks = chunked(specs)
+    replies = await arun_all([enqueue_call(chunk) for chunk in chunks], durable=durable_of(specs))
+    written(chunks, replies, each_level)
 
 
 async def _arun_on_shards(calls: list[transitions.ScriptCall[T]], durable: bool | None) -> list[T]:

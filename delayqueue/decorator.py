@@ -14,6 +14,7 @@ from celery.local import Proxy
 # Celery app that lists its task modules itself (include=[...]) and never autodiscovers
 # still runs every form the delay worker sends.
 from delayqueue import async_client, client, tasks  # noqa: F401
+from delayqueue.conf import get_settings
 from delayqueue.engine.keys import check_queue_name
 from delayqueue.engine.shards import declare
 from delayqueue.errors import InvalidOption
@@ -62,7 +63,7 @@ class DelayedTask(_TaskBase):
 
     @property
     def delay_queue(self) -> str:
-        return self.dq_queue or str(client.get_settings().default_queue)
+        return self.dq_queue or str(get_settings().default_queue)
 
     def delay_for(
         self,
@@ -351,7 +352,7 @@ def delayed_task(
                 "instead of @shared_task or @app.task"
             )
         if shards is not None:  # refused before the task exists: no half-made task
-            declare(queue or str(client.get_settings().default_queue), shards)
+            declare(queue or str(get_settings().default_queue), shards)
         task = shared_task(
             base=DelayedTask,
             dq_queue=queue,

@@ -14,6 +14,7 @@ import redis
 from redis._parsers import BaseParser
 
 from delayqueue import client as queue
+from delayqueue import writes
 from delayqueue.engine import direct as direct_path
 from delayqueue.engine import execution, transitions
 from delayqueue.engine.keys import queue_keys
@@ -78,7 +79,7 @@ def test_a_retry_of_the_same_call_keeps_one_job_created(r: redis.Redis) -> None:
     """A reply lost after Redis ran the call sends it again: same id, so same job."""
     one = queue.spec(jobs.record, ("k",), delay=60, key="once")
     for _ in range(2):
-        reply = execution.run_direct(queue._enqueue_call([one]))
+        reply = execution.run_direct(writes.enqueue_call([one]))
         assert reply[0].outcome == "created" and reply[0].id == one.job.id
     assert r.zcard(SCHEDULED) == 1 and r.hget("dq:{tests}:keys", "once") == one.job.id
 

@@ -1,0 +1,224 @@
+"""What a job is, checked at the call: the ``Job`` handle a call returns, and ``spec()`` /
+``spec_many()``, which check everything about a job (its task, arguments, due time, queue,
+key and options) before anything touches Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from celery import Task
+
+from delayqueue.celery_app import resolve_task
+from delayqueue.conf import Settings, get_settings
+from delayqueue.engine.keys import check_queue_name, new_job_id
+from delayqueue.engine.packing import pack
+from delayqueue.engine.shards import logical, shard_count, shard_for
+from delayqueue.errors import NotSerializable, UnknownTask
+from delayqueue.schedule import Mode, to_due
+from delayqueue.validators import (
+    check_flag,
+    check_key,
+    check_max_attempts,
+    check_on_conflict,
+    check_visibility_timeout,
+)
+from delayqueue.wire import encode_args
+
+OnConflict = Literal["keep", "replace"]
+State = Literal["pending", "scheduled", "inflight", "dead"]
+
+
+@dataclass
+class Job:
+    """A handle on a scheduled job.
+
+    ``state`` is "pending" until the surrounding transaction commits and the job is written;
+    when a dedupe ``key`` kept an existing job, ``id`` becomes that job's id.
+    """
+
+    id: str
+    queue: str
+    task: str
+    key: str | None = None
+    due_at: datetime | None = None
+    state: State = "pending"
+    outcome: Literal["created", "kept", "replaced"] | None = None
+
+    def cancel(self) -> bool:
+        from delayqueue.client import cancel
+
+        return cancel(self.queue, self.id)
+
+    async def acancel(self) -> bool:
+        """``cancel()`` on the running event loop (delayqueue.async_client)."""
+        from delayqueue.async_client import acancel
+
+        return await acancel(self.queue, self.id)
+
+
+@dataclass
+class JobSpec:
+    """A checked, ready-to-write job (what ``spec()`` returns and ``delay_many`` takes)."""
+
+    job: Job
+    mode: Mode
+    ms: int
+    on_conflict: OnConflict
+    packed: str  # the spec as enqueue.lua stores it (delayqueue.engine.packing)
+    durable: bool | None = None  # wait for replicas (None: the task's, else DURABLE)
+
+
+def spec(
+    task: Task | str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    delay: float | timedelta | None = None,
+    eta: datetime | None = None,
+    queue: str | None = None,
+    key: str | None = None,
+    on_conflict: OnConflict = "keep",
+    max_attempts: int | None = None,
+    visibility_timeout: float | None = None,
+    durable: bool | None = None,
+) -> JobSpec:
+    """Check everything about a job without writing it. ``durable``: the write waits for
+    replicas (see ``enqueue``)."""
+    config = get_settings()
+    target = _target(task, queue, max_attempts, visibility_timeout, config)
+    mode, ms = to_due(delay, eta)
+    args_json, kwargs_json = encode_args(args, kwargs or {}, config.max_payload_bytes)
+    if key is not None:
+        check_key(key)
+    check_on_conflict(on_conflict)
+    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "")
+    job_id = new_job_id()
+    # a sharded queue's job lives in the shard its key (else its id) hashes to
+    queue = shard_for(target.queue, key or job_id) if target.sharded else target.queue
+    job = Job(id=job_id, queue=queue, task=target.name, key=key)
+    if durable is None:
+        durable = target.durable
+    else:
+        check_flag(durable, "durable")
+    return JobSpec(job, mode, ms, on_conflict, packed, durable)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What spec() checks about a task and its options, the same for each of its calls."""
+
+    task: Task | str
+    config: Settings
+    name: str
+    queue: str
+    attempts: str
+    vt: str  # visibility timeout ms, or "" for the worker's default
+    durable: bool | None  # the task's durable=, if it says
+    sharded: bool  # the queue has shards (engine/shards.py)
+
+
+_targets: dict[tuple[Any, ...], _Target] = {}
+
+
+def _target(
+    task: Task | str,
+    queue: str | None,
+    max_attempts: int | None,
+    visibility_timeout: float | None,
+    config: Settings,
+) -> _Target:
+    """The checked target of ``task`` with these options, remembered per task object and
+    options until the settings change (a new ``config``): most calls repeat the last one."""
+    try:
+        # The options' types too: True == 1 and hashes alike, but True is refused.
+        cache_key = (
+            id(task), queue, max_attempts, visibility_timeout,
+            type(max_attempts), type(visibility_timeout),
+        )  # fmt: skip
+        found = _targets.get(cache_key)
+    except TypeError:  # unhashable options: _check_target says what is wrong with them
+        return _check_target(task, queue, max_attempts, visibility_timeout, config)
+    if found is not None and found.task is task and found.config is config:
+        return found
+    target = _check_target(task, queue, max_attempts, visibility_timeout, config)
+    if len(_targets) >= 1_000:
+        _targets.clear()
+    _targets[cache_key] = target
+    return target
+
+
+def _check_target(
+    task: Task | str,
+    queue: str | None,
+    max_attempts: int | None,
+    visibility_timeout: float | None,
+    config: Settings,
+) -> _Target:
+    name, task_obj = resolve_task(task)
+    if "\n" in name:
+        raise UnknownTask(f"task names cannot contain a newline: {name!r}")
+    queue = check_queue_name(queue or getattr(task_obj, "dq_queue", None) or config.default_queue)
+    # `is not None`, not `or`: an explicit 0 is an error, not "use the default".
+    attempts = check_max_attempts(
+        _first_given(max_attempts, getattr(task_obj, "dq_max_attempts", None), config.max_attempts)
+    )
+    timeout = _first_given(visibility_timeout, getattr(task_obj, "dq_visibility_timeout", None))
+    vt = "" if timeout is None else str(round(check_visibility_timeout(timeout) * 1000))
+    durable = getattr(task_obj, "dq_durable", None)
+    sharded = shard_count(queue) > 1
+    return _Target(task, config, name, queue, str(attempts), vt, durable, sharded)
+
+
+def _first_given(*values: Any) -> Any:
+    return next((value for value in values if value is not None), None)
+
+
+_NONE: Any = object()  # no first call
+
+
+def spec_many(
+    task: Task | str,
+    calls: Iterable[Sequence[Any]],
+    *,
+    delay: float | timedelta | None = None,
+    eta: datetime | None = None,
+) -> list[JobSpec]:
+    """``spec(task, args, delay=..., eta=...)`` for each args of ``calls``: what does not
+    depend on the arguments (task, queue, due time, settings) is checked once."""
+    rest = iter(calls)
+    first_args = next(rest, _NONE)
+    if first_args is _NONE:
+        return []
+    first = spec(task, _positional(first_args, 0), delay=delay, eta=eta)
+    head, _, tail = first.packed.split("\n", 2)  # task name, args, the rest
+    max_bytes = int(get_settings().max_payload_bytes)
+    specs = [first]
+    queue = logical(first.job.queue)
+    sharded = shard_count(queue) > 1
+    for index, args in enumerate(rest, 1):
+        _positional(args, index)
+        packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
+        job_id = new_job_id()
+        shard = shard_for(queue, job_id) if sharded else first.job.queue
+        job = Job(id=job_id, queue=shard, task=first.job.task)
+        specs.append(JobSpec(job, first.mode, first.ms, "keep", packed, first.durable))
+    return specs
+
+
+def _positional(args: Any, index: int) -> Sequence[Any]:
+    """One call of ``spec_many``: a list or tuple of positional arguments."""
+    if not isinstance(args, list | tuple):
+        hint = (
+            "; for keyword arguments use delayqueue.spec(task, kwargs={...}) per job with "
+            "delayqueue.delay_many()"
+            if isinstance(args, Mapping)
+            else ""
+        )
+        raise NotSerializable(
+            f"call {index} is a {type(args).__name__}, not a list or tuple of positional "
+            f"arguments{hint}"
+        )
+    return args

@@ -1,0 +1,156 @@
+"""Writing jobs: one on the direct connection, many in one round trip per queue and
+``BATCH`` jobs; inside ``atomic()``, all the jobs of a transaction in one write when it
+commits (``on_commit``), and never on rollback."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+from delayqueue import events
+from delayqueue.conf import WAKE_HORIZON_MS
+from delayqueue.engine import transitions
+from delayqueue.engine.clients import remember_queue
+from delayqueue.engine.execution import run_all, run_direct
+from delayqueue.engine.keys import queue_keys
+from delayqueue.job_spec import Job, JobSpec
+from delayqueue.signals import SENDER_CLIENT
+
+
+def apply_reply(job: Job, reply: transitions.Enqueued) -> None:
+    job.id = reply.id
+    job.due_at = datetime.fromtimestamp(reply.due_ms / 1000, tz=UTC)
+    job.outcome = reply.outcome  # type: ignore[assignment]
+    job.state = reply.state  # type: ignore[assignment]
+
+
+BATCH = 500  # jobs per enqueue call
+
+
+def durable_of(specs: list[JobSpec]) -> bool | None:
+    """One write's durability: waits when any of its jobs asks to; None leaves it to the
+    DURABLE setting."""
+    wanted = {s.durable for s in specs}
+    if True in wanted:
+        return True
+    return False if wanted == {False} else None
+
+
+def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
+    """Write jobs: one on the direct connection, more in one round trip (their lines at
+    ``each_level``, with one line per batch when that is DEBUG). Durable ones wait for
+    replicas in the same round trip (engine/execution.py)."""
+    if len(specs) == 1:  # the latency path: delay_for() in a request
+        job = specs[0].job
+        remember_queue(job.queue)
+        reply = run_direct(enqueue_call(specs), durable=specs[0].durable)[0]
+        apply_reply(job, reply)
+        scheduled(job, reply)
+        return
+    for queue in {s.job.queue for s in specs}:
+        remember_queue(queue)
+    chunks = chunked(specs)
+    replies = run_all([enqueue_call(chunk) for chunk in chunks], durable=durable_of(specs))
+    written(chunks, replies, each_level)
+
+
+def chunked(specs: list[JobSpec]) -> list[list[JobSpec]]:
+    """The jobs of a write, one enqueue call per queue and BATCH jobs."""
+    by_queue: dict[str, list[JobSpec]] = {}
+    for s in specs:
+        by_queue.setdefault(s.job.queue, []).append(s)
+    return [
+        group[start : start + BATCH]
+        for group in by_queue.values()
+        for start in range(0, len(group), BATCH)
+    ]
+
+
+def written(
+    chunks: list[list[JobSpec]], replies: list[list[transitions.Enqueued]], each_level: int
+) -> None:
+    """The jobs' handles and events once their enqueue calls replied."""
+    each = events.scheduled_wanted(each_level)  # a line or a signal per job
+    for chunk, reply in zip(chunks, replies, strict=True):
+        outcomes: dict[str, int] = {}
+        for s, one in zip(chunk, reply, strict=True):
+            apply_reply(s.job, one)
+            if each:
+                scheduled(s.job, one, each_level)
+            outcomes[one.outcome] = outcomes.get(one.outcome, 0) + 1
+        if each_level == events.DEBUG:
+            events.scheduled_batch(chunk[0].job.queue, outcomes)
+
+
+def scheduled(job: Job, reply: transitions.Enqueued, level: int = events.INFO) -> None:
+    events.scheduled(
+        SENDER_CLIENT, job.queue, reply.id, job.task, reply.due_ms, job.key, reply.outcome, level
+    )
+
+
+def enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitions.Enqueued]]:
+    new = [
+        transitions.NewJob(s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed)
+        for s in chunk
+    ]
+    return transitions.enqueue(queue_keys(chunk[0].job.queue), new, wake_horizon_ms=WAKE_HORIZON_MS)
+
+
+def submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
+    # Outside atomic() there is nothing to wait for (and no need to touch the database).
+    if on_commit and in_atomic_block(using):
+        defer(specs, using)
+        return
+    write(specs)
+
+
+def defer(specs: list[JobSpec], using: str | None) -> None:
+    """Add the jobs to the pending write of the transaction this thread is in."""
+    at_commit(transaction.get_connection(using), using).specs += specs
+
+
+def in_atomic_block(using: str | None) -> bool:
+    """Whether this thread is inside ``atomic()`` on database ``using``: Django's own flag.
+    In a thread without an event loop, read off the connection Django keeps for the thread
+    (asgiref's thread-critical Local stores it in a plain ``threading.local``); Django's
+    look-up learns that there is no event loop by raising and catching an exception, 1.3 µs
+    of every ``delay_for``. A thread that has no connection yet, an event loop, or another
+    asgiref takes Django's look-up (which also refuses an unknown ``using``)."""
+    if asyncio._get_running_loop() is None:
+        local = getattr(connections, "_connections", None)  # (vars: no Local.__getattr__)
+        storage = getattr(local, "__dict__", {}).get("_storage")
+        if isinstance(storage, threading.local):
+            connection = getattr(storage, using or DEFAULT_DB_ALIAS, None)
+            if connection is not None:
+                return bool(connection.in_atomic_block)
+    return bool(transaction.get_connection(using).in_atomic_block)
+
+
+class AtCommit:
+    """The jobs one transaction schedules one after another, written in one round trip when
+    it commits (``delay_for`` called ten times in a view: one write, not ten)."""
+
+    def __init__(self) -> None:
+        self.specs: list[JobSpec] = []
+
+    def __call__(self) -> None:
+        write(self.specs, events.INFO)
+
+
+def at_commit(connection: Any, using: str | None) -> AtCommit:
+    """The pending write of the transaction's last on_commit callback when it is ours and
+    was registered under the same savepoints (so a savepoint rollback discards its jobs
+    with the savepoint's, and no callback of the caller's moves before or after a job);
+    else a new one."""
+    hooks = getattr(connection, "run_on_commit", None)  # [(savepoint ids, callback, robust)]
+    if hooks:
+        savepoints, callback = hooks[-1][0], hooks[-1][1]
+        if isinstance(callback, AtCommit) and savepoints == set(connection.savepoint_ids):
+            return callback
+    pending = AtCommit()
+    transaction.on_commit(pending, using=using)
+    return pending
