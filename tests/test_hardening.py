@@ -19,7 +19,6 @@ from django.utils.timezone import make_aware
 
 import delayqueue
 from delayqueue import NotSerializable
-from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.engine.redis_errors import translate
 from delayqueue.errors import (
@@ -300,16 +299,28 @@ def test_a_failure_whose_message_is_not_unicode_is_recorded_escaped(r: redis.Red
     assert r.hget(Q.job(job.id), "err") == "ValueError: bad \\ud800 data"
 
 
-def test_a_backoff_function_that_fails_falls_back_to_the_default(r: redis.Redis) -> None:
+@pytest.mark.parametrize("backoff", [lambda n: 1 / 0, lambda n: float("nan"), lambda n: -1])
+def test_a_backoff_function_that_fails_falls_back_to_the_default(
+    r: redis.Redis, backoff: Callable[[int], float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first retry then comes after the default backoff: BACKOFF_BASE (10 s) with its
+    +-20 % jitter, not at once and not never."""
     job = jobs.record.delay_for("x", seconds=0, on_commit=False)
     claimed = DelayWorker(["tests"]).run_pass().claimed[0]
 
     def explode() -> None:
         raise ValueError("boom")
 
+    seconds, micros = r.time()
+    before_ms = seconds * 1000 + micros // 1000
     with pytest.raises(ValueError):
-        run_job(explode, [], {}, ("tests", job.id, claimed.token), backoff=lambda n: 1 / 0)
-    assert r.zscore(Q.scheduled, job.id) is not None
+        run_job(explode, [], {}, ("tests", job.id, claimed.token), backoff=backoff)
+    seconds, micros = r.time()
+    after_ms = seconds * 1000 + micros // 1000
+    due = r.zscore(Q.scheduled, job.id)
+    assert due is not None
+    assert before_ms + 8_000 <= due <= after_ms + 12_000
+    assert "using the default backoff" in caplog.text
 
 
 # ---- one queue's trouble is not every queue's ---------------------------------------------
@@ -333,7 +344,10 @@ def test_unknown_script_errors_do_not_escape_as_redis_py_errors(r: redis.Redis) 
         jobs.record.delay_for("x", seconds=1, on_commit=False)
     with pytest.raises(RedisError):
         delayqueue.cancel("tests", key="k")
-    assert get_scripts() is not None
+    r.delete(Q.scheduled)  # repaired: the same process schedules and cancels again
+    job = jobs.record.delay_for("x", seconds=1, key="k", on_commit=False)
+    assert r.zscore(Q.scheduled, job.id) is not None
+    assert delayqueue.cancel("tests", key="k") is True
 
 
 # ---- found by the fuzzers -----------------------------------------------------------------
