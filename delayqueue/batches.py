@@ -24,13 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from delayqueue import events, signals
+from delayqueue.attempt import Attempt, Backoff, run_attempt
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
-from delayqueue.runner import Backoff, failure_call, hold_until_due
 from delayqueue.wire import BatchEntry, valid_dispatch
 
 logger = logging.getLogger(__name__)
@@ -53,7 +52,11 @@ class _Settle:
     calls: list[transitions.ScriptCall[Any]] = field(default_factory=list)
     reports: list[Callable[[Any], None]] = field(default_factory=list)
 
-    def add(self, call: transitions.ScriptCall[Any], report: Callable[[Any], None]) -> None:
+    def add(
+        self, call: transitions.ScriptCall[Any], report: Callable[[Any], None], unsent: str
+    ) -> None:
+        """(``unsent`` is not logged per job: ``send`` says once when the round trip
+        failed.)"""
         self.calls.append(call)
         self.reports.append(report)
 
@@ -154,40 +157,16 @@ def _run_one(
     backoff: Backoff | None,
     claimed_ms: int | None,
 ) -> int:
-    hold_until_due(job.due_ms, job.begun_us, job.replied)
-    if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
-        now_ms = time.time_ns() // 1_000_000
-        events.started(
-            queue,
-            job.id,
-            task,
-            job.attempt,
-            None if job.due_ms is None else now_ms - job.due_ms,
-            None if claimed_ms is None else now_ms - claimed_ms,
-        )
-    began = time.monotonic()
-    try:
-        call(job)
-    except Exception as exc:
-        runtime = time.monotonic() - began
-        fail, error = failure_call(keys, job.id, job.token, job.attempt, exc, backoff)
-        raised = exc  # ``exc`` is unbound after the except block
-
-        def failed(outcome: Any) -> None:
-            known = None if isinstance(outcome, DelayQueueError) else outcome
-            events.failed(queue, job.id, task, job.attempt, runtime, raised, known, error)
-            if known == "dead":
-                events.dead(
-                    signals.SENDER_CELERY_WORKER, queue, job.id, error, "failed", task, job.attempt
-                )
-
-        settle.add(fail, failed)
-        return 0
-    runtime = time.monotonic() - began
-
-    def acked(reply: Any) -> None:
-        if not isinstance(reply, DelayQueueError):
-            events.succeeded(queue, job.id, task, job.attempt, runtime, bool(reply))
-
-    settle.add(transitions.ack(keys, job.id, job.token), acked)
-    return 1
+    attempt = Attempt(
+        keys,
+        queue,
+        job.id,
+        job.token,
+        task,
+        job.attempt,
+        due_ms=job.due_ms,
+        claimed_ms=claimed_ms,
+        begun_us=job.begun_us,
+        replied=job.replied,
+    )
+    return 1 if run_attempt(attempt, lambda: call(job), backoff, settle).succeeded else 0

@@ -14,11 +14,12 @@ from celery.local import Proxy
 # Celery app that lists its task modules itself (include=[...]) and never autodiscovers
 # still runs every form the delay worker sends.
 from delayqueue import async_client, client, tasks  # noqa: F401
+from delayqueue.attempt import Backoff
 from delayqueue.conf import get_settings
 from delayqueue.engine.keys import check_queue_name
 from delayqueue.engine.shards import declare
 from delayqueue.errors import InvalidOption
-from delayqueue.runner import Backoff, run_job
+from delayqueue.runner import run_job
 from delayqueue.schedule import delay_seconds
 from delayqueue.validators import (
     check_backoff,

@@ -19,12 +19,13 @@ from celery.signals import task_unknown, worker_process_init, worker_ready, work
 from django.db import close_old_connections
 
 from delayqueue import batches
+from delayqueue.attempt import failure_call
 from delayqueue.engine import presence, transitions
 from delayqueue.engine.execution import run, run_all, warm_up
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.record import utf8_safe
 from delayqueue.errors import DelayQueueError
-from delayqueue.runner import dispatch_visibility_ms, failure_call, run_job
+from delayqueue.runner import dispatch_visibility_ms, run_job
 from delayqueue.wire import (
     HEADER_CLAIMED,
     HEADER_ID,

@@ -95,7 +95,7 @@ class DelayWorker:
         self.visibility_ms = round(check_visibility_timeout(timeout) * 1000)
         self.safety_poll = float(config.safety_poll)
         # Jobs due within this many ms are claimed too; the Celery side holds each until its
-        # due time (runner.hold_until_due), so the hops are paid before it.
+        # due time (attempt.hold_until_due), so the hops are paid before it.
         self.ahead_ms = round(check_dispatch_ahead(config.dispatch_ahead, "DISPATCH_AHEAD") * 1000)
         self.app = celery_app or get_celery_app()
         self.dispatcher = Dispatcher(self.app)

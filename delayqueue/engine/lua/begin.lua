@@ -6,7 +6,7 @@
 -- ARGV[2] fencing token the dispatch carried
 -- ARGV[3] visibility timeout ms for jobs that set none of their own
 -- Returns {1, attempt, max attempts or "", now in microseconds} to run (Redis's clock: a job
--- dispatched ahead of its due time is held until then by it, see runner.hold_until_due), {0}
+-- dispatched ahead of its due time is held until then by it, see attempt.hold_until_due), {0}
 -- when the token is stale (or the job's data is corrupt: it does not run, and reap or the
 -- next claim sends it to dead).
 -- #include _now.lua
