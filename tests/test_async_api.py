@@ -22,7 +22,9 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings as django_settings
 from django.db import transaction
 from django.test import override_settings
+from django.urls import reverse
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 import delayqueue
 from delayqueue.engine import async_clients
@@ -271,6 +273,38 @@ def test_signals_and_log_lines_are_the_sync_apis(
     assert transitions == ["scheduled", "rescheduled", "cancelled"] * 2
     assert [s["key"] for s in seen] == ["a", "b"]
     assert {k for k in seen[0]} == {k for k in seen[1]}
+
+
+@pytest.mark.django_db
+def test_the_admin_and_metrics_see_an_async_job_as_a_sync_one(
+    r: redis.Redis, admin_client: Any
+) -> None:
+    import delayqueue.metrics  # noqa: F401  (its receivers count the jobs)
+    from delayqueue.api import browse
+
+    def scheduled_total() -> float:
+        value = REGISTRY.get_sample_value("delayqueue_jobs_scheduled_total", {"queue": "tests"})
+        return value or 0.0
+
+    before = scheduled_total()
+    made_async = run(jobs.record.adelay_for("same", seconds=60, key="k-async"))
+    made_sync = jobs.record.delay_for("same", seconds=60, key="k-sync",
+                                      on_commit=False)  # fmt: skip
+    assert scheduled_total() - before == 2
+    listed = admin_client.get(
+        reverse("admin:delayqueue_delayedjob_list", args=["tests", "scheduled"])
+    )
+    assert listed.status_code == 200
+    assert made_async.id in listed.content.decode() and made_sync.id in listed.content.decode()
+    rows = {row.id: row for row in browse.job_page("tests", "scheduled").rows}
+    shown = [
+        (row.task, row.args_preview, row.attempts, row.max_attempts, row.missing)
+        for row in (rows[made_async.id], rows[made_sync.id])
+    ]
+    assert shown[0] == shown[1] == ("tests.jobs.record", '["same"]', 0, 3, False)
+    for job in (made_async, made_sync):
+        page = admin_client.get(reverse("admin:delayqueue_delayedjob_job", args=["tests", job.id]))
+        assert page.status_code == 200 and job.key in page.content.decode()
 
 
 # ---- on_commit ------------------------------------------------------------------------------
