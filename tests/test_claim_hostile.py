@@ -60,6 +60,24 @@ def test_a_scheduled_member_that_is_not_a_job_id_is_buried_at_its_first_claim(
     assert "not a delayqueue job id" in str(r.hget(Q.job(job_id), "why"))
 
 
+def test_a_job_that_cannot_be_buried_costs_the_pass_nothing(
+    r: redis.Redis, parked_celery: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member that is no job id goes to dead, but bury.lua refuses a dedupe hash of the
+    wrong type: the pass says so and dispatches the other jobs (it raised, and a delay
+    worker stopped its pass for one job's data)."""
+    _plant("not-an-id")
+    good = jobs.record.delay_for("good", seconds=0, on_commit=False)
+    r.set(Q.dedupe, "not a hash")
+    worker = DelayWorker(["tests"], celery_app=parked_celery)
+    with caplog.at_level(logging.ERROR, "delayqueue.worker.dispatch"):
+        worker.run_pass()
+    worker.close()
+    assert {decode_message(m).dispatch[1] for m in take_messages()} == {good.id}
+    assert any("could not be buried" in m and "not-an-id" in m for m in caplog.messages)
+    assert r.zscore(Q.dead, "not-an-id") is None  # where it was: a pass later, reaped
+
+
 def test_a_job_whose_token_outgrew_15_digits_is_buried_at_its_claim(
     r: redis.Redis, parked_celery: Celery
 ) -> None:

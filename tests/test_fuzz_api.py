@@ -584,7 +584,11 @@ def make_prior(state: str | None, key: str | None, parked: Celery) -> Prior | No
     job = jobs.record.delay_for("prior", seconds=0 if state == "inflight" else 600, key=key,
                                 on_commit=False)  # fmt: skip
     if state == "inflight":
-        DelayWorker([job.queue], celery_app=parked).run_pass()
+        worker = DelayWorker([job.queue], celery_app=parked)
+        try:
+            worker.run_pass()
+        finally:
+            worker.close()
         take_messages()
     return Prior(job, key)
 
@@ -793,13 +797,16 @@ def check_runs(r: redis.Redis, written: list[Job], parked: Celery, call: str) ->
         if score is not None and score > now:
             r.zadd(keys.scheduled, {job.id: now}, xx=True)  # time passes
     worker = DelayWorker(queues, celery_app=parked)
-    for _ in range(3):
-        try:
-            result = worker.run_pass()
-        except BaseException as exc:
-            raise AssertionError(f"{call}: the worker pass raised {exc!r}") from exc
-        if not result.claimed:
-            break
+    try:
+        for _ in range(3):
+            try:
+                result = worker.run_pass()
+            except BaseException as exc:
+                raise AssertionError(f"{call}: the worker pass raised {exc!r}") from exc
+            if not result.claimed:
+                break
+    finally:
+        worker.close()  # its connections, not left to the garbage collector
     dispatched: set[str] = set()
     for payload in take_messages():
         try:

@@ -154,7 +154,9 @@ def plant(parked: Celery) -> Planted:
     }  # fmt: skip
     other = delayqueue.enqueue(jobs.record, ["other-inflight"], delay=0, queue=OTHER,
                                on_commit=False)  # fmt: skip
-    DelayWorker([Q, OTHER], celery_app=parked).run_pass()
+    planting = DelayWorker([Q, OTHER], celery_app=parked)
+    planting.run_pass()
+    planting.close()
     dispatches = {decode_message(p).dispatch[1]: decode_message(p) for p in take_messages()}
     for tag, job in now.items():
         planted.jobs[tag] = (Q, job.id)
@@ -452,6 +454,7 @@ def passes_and_celery(parked: Celery, problems: list[str], rounds: int = 3) -> N
                 problems.append(
                     f"the Celery side of {message.task} raised {type(exc).__name__}: {exc}"[:400]
                 )
+    worker.close()
 
 
 def _dispatches(message: Any) -> list[tuple[str, str, str]]:

@@ -22,7 +22,7 @@ from delayqueue.engine import transitions
 from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import JOB_ID, queue_keys
 from delayqueue.engine.record import describe_exception, utf8_safe
-from delayqueue.errors import CorruptJob
+from delayqueue.errors import CorruptJob, DelayQueueError, RedisUnavailable
 from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.wire import (
     HEADER_BATCH,
@@ -386,10 +386,17 @@ def bury(
     through the bytes client, so its keys are the ones Redis holds."""
     keys = queue_keys(queue)
     reason = utf8_safe(reason)
-    buried = run(
-        transitions.bury(keys, job_id, reason), strict=False, as_bytes=isinstance(job_id, bytes)
-    )
     text_id = job_id.decode("utf-8", "backslashreplace") if isinstance(job_id, bytes) else job_id
+    call = transitions.bury(keys, job_id, reason)
+    try:
+        buried = run(call, strict=False, as_bytes=isinstance(job_id, bytes))
+    except RedisUnavailable:
+        raise
+    except DelayQueueError as exc:
+        # The queue's own keys are broken (a dedupe hash of another type...): this job stays
+        # where it is, said at ERROR, and the pass goes on with the others.
+        logger.error("job %r on %s could not be buried (%s): %s", text_id, queue, reason, exc)
+        return
     if buried:
         events.dead(SENDER_DELAY_WORKER, queue, text_id, reason, "buried", task, attempt)
     else:
