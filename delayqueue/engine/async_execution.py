@@ -16,10 +16,10 @@ from redis.asyncio.cluster import PipelineCommand
 from redis.exceptions import AskError, NoPermissionError, NoScriptError
 
 from delayqueue.engine.async_clients import LoopClients, loop_clients
-from delayqueue.engine.execution import Wait, durability, logger
+from delayqueue.engine.execution import Wait, durability, logger, not_durable
 from delayqueue.engine.redis_errors import redis_errors, translate
 from delayqueue.engine.transitions import ReplyT, ScriptCall
-from delayqueue.errors import DelayQueueError, NotDurable
+from delayqueue.errors import DelayQueueError
 
 
 async def arun(
@@ -85,16 +85,6 @@ async def arun_all(
         if isinstance(reply, DelayQueueError):
             raise reply
     return replies
-
-
-def not_durable(writes: int, acked: int, wait: Wait) -> NotDurable:
-    noun = "1 write" if writes == 1 else f"{writes} writes"
-    return NotDurable(
-        f"{noun} reached the master but {acked} of {wait.replicas} replicas acknowledged "
-        f"them within {wait.timeout_ms} ms (WAIT): they are written, and a failover before a "
-        "replica copies them could lose them (DURABLE needs replicas: Sentinel, Cluster or a "
-        "managed Redis with replicas)"
-    )
 
 
 async def _pipelined(

@@ -111,12 +111,7 @@ def run_many(
             [(scripts[c.script], c.keys, c.args) for c in calls], client, wait
         )
     if wait is not None and acked < wait.replicas:
-        short = NotDurable(
-            f"{_count(len(calls), 'write')} reached the master but {acked} of {wait.replicas} "
-            f"replicas acknowledged them within {wait.timeout_ms} ms (WAIT): they are written, "
-            "and a failover before a replica copies them could lose them (DURABLE needs "
-            "replicas: Sentinel, Cluster or a managed Redis with replicas)"
-        )
+        short = not_durable(len(calls), acked, wait)
         if strict:
             raise short
         logger.warning("%s", short)
@@ -126,8 +121,16 @@ def run_many(
     ]
 
 
-def _count(n: int, noun: str) -> str:
-    return f"1 {noun}" if n == 1 else f"{n} {noun}s"
+def not_durable(writes: int, acked: int, wait: Wait) -> NotDurable:
+    """What a durable write whose replicas did not all acknowledge it in time raises (or
+    logs): the sync and async paths say it alike."""
+    noun = "1 write" if writes == 1 else f"{writes} writes"
+    return NotDurable(
+        f"{noun} reached the master but {acked} of {wait.replicas} replicas acknowledged "
+        f"them within {wait.timeout_ms} ms (WAIT): they are written, and a failover before a "
+        "replica copies them could lose them (DURABLE needs replicas: Sentinel, Cluster or a "
+        "managed Redis with replicas)"
+    )
 
 
 def run_all(
