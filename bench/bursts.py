@@ -15,7 +15,7 @@ from bench.baselines import eta_at
 from bench.env import BROKER_DB, BenchEnv, CeleryConfig, wait_for
 from bench.report import Figure
 from bench.throughput import Sizes
-from delayqueue import client
+from delayqueue.producer import client
 
 HOLD = "bench-hold"  # a Celery queue no worker consumes: plain delay()'s backlog waits here
 

@@ -2,7 +2,7 @@
 Cluster of three masters (each with a replica, as production runs it), with 1, 2 and 4
 producer (or claimer) processes, and where the CPU went meanwhile.
 
-    python -m bench --only cluster [--smoke]      # or: python -m bench.cluster [--smoke]
+    python -m bench --only cluster [--smoke]
 
 Both topologies are started here, on free ports, and serve the same 12 queues: 4 on each
 master of the cluster (names picked by their slot), all 12 on the single server. Each
@@ -176,7 +176,7 @@ class Member:
 
     def __init__(self, queues: list[str]) -> None:
         from bench.throughput import ClaimOnly, _noop
-        from delayqueue import client
+        from delayqueue.producer import client
 
         self.client, self.noop, self.queues = client, _noop(), queues
         for queue in queues:  # connect, load the script on every master, remember the queues
@@ -424,11 +424,3 @@ def print_cpu_table(measurements: list[Measurement], queues: list[str]) -> None:
             f"[red]{len(noisy)} measurement(s) shared the machine: 'other' took more than "
             f"{NOISY:.0%} of the cores (another program ran); run again on a quiet machine.[/]"
         )
-
-
-if __name__ == "__main__":
-    import sys
-
-    from bench.__main__ import main
-
-    sys.exit(main(["--only", "cluster", *sys.argv[1:]]))

@@ -11,8 +11,8 @@ from typing import Any
 from bench import baselines
 from bench.env import BROKER_DB, DQ_DB, BenchEnv
 from bench.report import Figure
-from delayqueue import client
-from delayqueue.worker.dispatch import Claimed
+from delayqueue.producer import client
+from delayqueue.worker.claimed import Claimed
 from delayqueue.worker.loop import DelayWorker
 
 

@@ -11,9 +11,9 @@ from bench.baselines import eta_at
 from bench.env import BROKER_DB, BenchEnv, wait_for
 from bench.report import Figure
 from bench.throughput import Sizes
-from delayqueue import client
-from delayqueue.api import operations
 from delayqueue.engine.keys import queue_keys
+from delayqueue.producer import client
+from delayqueue.services import operations
 
 DISPATCH_QUEUE = "bench-dispatch"
 

@@ -62,24 +62,32 @@ from delayqueue.errors import (
 )
 
 if TYPE_CHECKING:
-    from delayqueue.async_client import acancel, adelay_many, aenqueue, areschedule
-    from delayqueue.client import Job, JobSpec, cancel, delay_many, enqueue, reschedule, spec
-    from delayqueue.decorator import DelayedTask, delayed_task
+    from delayqueue.producer.async_client import acancel, adelay_many, aenqueue, areschedule
+    from delayqueue.producer.client import (
+        Job,
+        JobSpec,
+        cancel,
+        delay_many,
+        enqueue,
+        reschedule,
+        spec,
+    )
+    from delayqueue.producer.decorator import DelayedTask, delayed_task
 
 _LAZY = {
-    "acancel": "delayqueue.async_client",
-    "adelay_many": "delayqueue.async_client",
-    "aenqueue": "delayqueue.async_client",
-    "areschedule": "delayqueue.async_client",
-    "DelayedTask": "delayqueue.decorator",
-    "delayed_task": "delayqueue.decorator",
-    "Job": "delayqueue.client",
-    "JobSpec": "delayqueue.client",
-    "cancel": "delayqueue.client",
-    "delay_many": "delayqueue.client",
-    "enqueue": "delayqueue.client",
-    "reschedule": "delayqueue.client",
-    "spec": "delayqueue.client",
+    "acancel": "delayqueue.producer.async_client",
+    "adelay_many": "delayqueue.producer.async_client",
+    "aenqueue": "delayqueue.producer.async_client",
+    "areschedule": "delayqueue.producer.async_client",
+    "DelayedTask": "delayqueue.producer.decorator",
+    "delayed_task": "delayqueue.producer.decorator",
+    "Job": "delayqueue.producer.client",
+    "JobSpec": "delayqueue.producer.client",
+    "cancel": "delayqueue.producer.client",
+    "delay_many": "delayqueue.producer.client",
+    "enqueue": "delayqueue.producer.client",
+    "reschedule": "delayqueue.producer.client",
+    "spec": "delayqueue.producer.client",
 }
 
 

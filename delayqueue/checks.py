@@ -10,10 +10,9 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS, with_fallbacks
-from delayqueue.engine.clients import (
-    check_cluster_url,
+from delayqueue.engine.clients import check_cluster_url, client_from_url
+from delayqueue.engine.sentinel import (
     check_sentinel_client,
-    client_from_url,
     is_sentinel_url,
     parse_sentinel_url,
 )

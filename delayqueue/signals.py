@@ -21,7 +21,7 @@ from django.dispatch import Signal
 SENDER_CLIENT = "client"  # the client API (enqueue, cancel, reschedule): web processes, shells
 SENDER_DELAY_WORKER = "delay_worker"  # manage.py run_delay_worker
 SENDER_CELERY_WORKER = "celery_worker"  # the Celery worker running the job's task
-SENDER_ADMIN = "admin"  # the admin's actions (delayqueue.api.operations)
+SENDER_ADMIN = "admin"  # the admin's actions (delayqueue.services.operations)
 
 #: A job was written to scheduled (client). ``task``, ``due_ms``, ``key`` (dedupe key or
 #: None), ``outcome`` ("created", "replaced", or "kept": the key kept an existing job,

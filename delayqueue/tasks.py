@@ -1,7 +1,7 @@
 """delayqueue's own Celery tasks, and what a Celery worker does for delayqueue besides.
 
 Registered with every Celery app, whatever its set-up: this module is imported by
-``@delayed_task`` (delayqueue/decorator.py) and by the Django app's ``ready()``, and
+``@delayed_task`` (delayqueue/producer/decorator.py) and by the Django app's ``ready()``, and
 ``shared_task`` adds its tasks to every app, made before or after. A Celery worker that runs
 them says so in Redis (engine/presence.py), so delay workers send the forms that need them
 (``run_batch``, ``run_task``) only where they run; a message of delayqueue's that a Celery
@@ -18,14 +18,14 @@ from celery import Task, shared_task
 from celery.signals import task_unknown, worker_process_init, worker_ready, worker_shutdown
 from django.db import close_old_connections
 
-from delayqueue import batches
-from delayqueue.attempt import failure_call
 from delayqueue.engine import presence, transitions
 from delayqueue.engine.execution import run, run_all, warm_up
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.record import utf8_safe
 from delayqueue.errors import DelayQueueError
-from delayqueue.runner import dispatch_visibility_ms, run_job
+from delayqueue.runner import batches
+from delayqueue.runner.attempt import failure_call
+from delayqueue.runner.job import dispatch_visibility_ms, run_job
 from delayqueue.wire import (
     HEADER_CLAIMED,
     HEADER_ID,
@@ -70,7 +70,7 @@ def run_task(self: Task[Any, Any], name: str, args: list[Any], kwargs: dict[str,
 
 @shared_task(name=RUN_BATCH, bind=True, ignore_result=True)
 def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -> int:
-    """Run the jobs of a batched hand-off (delayqueue/batches.py) one after another, each
+    """Run the jobs of a batched hand-off (delayqueue/runner/batches.py) one after another, each
     with the task's own request context; how many succeeded."""
     if not isinstance(entries, list) or not isinstance(queue, str) or not isinstance(task, str):
         logger.error("batch of %r on %r not run: not a batch", task, queue)

@@ -81,7 +81,7 @@ CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 
 # DEBUG is on by default here: its 500 page lists the settings and the environment, and
 # Django hides only settings whose names look secret, not the password inside a URL.
-DEFAULT_EXCEPTION_REPORTER_FILTER = "delayqueue.error_reports.SecretUrlsFilter"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "delayqueue.observability.error_reports.SecretUrlsFilter"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

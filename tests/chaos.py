@@ -319,7 +319,7 @@ SCENARIOS = [
         rate=120,
         ack_emulation=False,
     ),
-    # The batched hand-off (delayqueue/batches.py): a kill lands mid-batch.
+    # The batched hand-off (delayqueue/runner/batches.py): a kill lands mid-batch.
     Scenario(
         "batched, Celery worker SIGKILL", kill_celery_worker, work_ms=40, rate=120, batched=True
     ),  # fmt: skip

@@ -17,11 +17,11 @@ import redis
 from celery import Celery
 
 import delayqueue
-from delayqueue.batches import run_batch
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
-from delayqueue.metrics import QueueCollector
-from delayqueue.runner import run_job
+from delayqueue.observability.metrics import QueueCollector
+from delayqueue.runner.batches import run_batch
+from delayqueue.runner.job import run_job
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.test_connections import ACL_COMMANDS

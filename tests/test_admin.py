@@ -17,8 +17,8 @@ from django.contrib.staticfiles import finders
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from delayqueue.api import browse
 from delayqueue.engine.keys import queue_keys
+from delayqueue.services import browse
 from tests import jobs
 from tests.conftest import wait_for
 from tests.test_operations import make_dead, make_inflight, redis_ms, schedule, score

@@ -279,8 +279,8 @@ def test_signals_and_log_lines_are_the_sync_apis(
 def test_the_admin_and_metrics_see_an_async_job_as_a_sync_one(
     r: redis.Redis, admin_client: Any
 ) -> None:
-    import delayqueue.metrics  # noqa: F401  (its receivers count the jobs)
-    from delayqueue.api import browse
+    import delayqueue.observability.metrics  # noqa: F401  (its receivers count the jobs)
+    from delayqueue.services import browse
 
     def scheduled_total() -> float:
         value = REGISTRY.get_sample_value("delayqueue_jobs_scheduled_total", {"queue": "tests"})

@@ -19,13 +19,13 @@ import delayqueue
 from delayqueue.engine.keys import current_minute
 from delayqueue.worker.loop import DelayWorker
 from delayqueue.worker.publishers import (
-    SEND_TASK_SENDS_TASK_LIMITS,
     PublishError,
     RedisListPublisher,
     SendTaskPublisher,
     TaskMessage,
     publisher_for,
 )
+from delayqueue.worker.redis_list_publisher import SEND_TASK_SENDS_TASK_LIMITS
 from tests import jobs
 from tests.conftest import wait_for
 from tests.redis_server import RedisServer, free_port

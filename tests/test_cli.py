@@ -22,11 +22,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from delayqueue import enqueue
-from delayqueue.api import operations
-from delayqueue.client import Job
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import global_keys, queue_keys
+from delayqueue.producer.client import Job
+from delayqueue.services import operations
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import only_on, wait_for

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from delayqueue.api import operations
 from delayqueue.engine.keys import global_keys, queue_keys
+from delayqueue.services import operations
 from delayqueue.worker.loop import DelayWorker
 from tests.processes import ROOT, child_env
 from tests.redis_server import RedisServer, free_port

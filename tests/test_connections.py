@@ -16,7 +16,7 @@ from django.test import override_settings
 import delayqueue
 from delayqueue import RedisPermissionDenied, RedisUnavailable
 from delayqueue.engine import clients as connection
-from delayqueue.runner import run_job
+from delayqueue.runner.job import run_job
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.redis_server import RedisServer, free_port

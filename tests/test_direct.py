@@ -13,12 +13,12 @@ import pytest
 import redis
 from redis._parsers import BaseParser
 
-from delayqueue import client as queue
-from delayqueue import writes
 from delayqueue.engine import direct as direct_path
 from delayqueue.engine import execution, transitions
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import RedisUnavailable
+from delayqueue.producer import client as queue
+from delayqueue.producer import writes
 from tests import jobs
 from tests.conftest import command_calls, only_on
 

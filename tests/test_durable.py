@@ -19,7 +19,7 @@ from celery import Celery
 import delayqueue
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import InvalidOption, NotDurable
-from delayqueue.runner import run_job
+from delayqueue.runner.job import run_job
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import command_calls, only_on

@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 from kombu.utils.json import loads as kombu_loads
 
 import delayqueue
-from delayqueue.client import Job, JobSpec
 from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.errors import DelayQueueError
+from delayqueue.producer.client import Job, JobSpec
 from delayqueue.wire import encode_args
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import delayqueue
 from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import current_minute, new_job_id, queue_keys
-from delayqueue.runner import run_job
+from delayqueue.runner.job import run_job
 from delayqueue.wire import RUN_BATCH, valid_dispatch
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs

@@ -33,7 +33,7 @@ from delayqueue.errors import (
     RedisPermissionDenied,
     RedisReadOnly,
 )
-from delayqueue.runner import run_job
+from delayqueue.runner.job import run_job
 from delayqueue.wire import MAX_NESTING
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs

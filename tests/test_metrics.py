@@ -24,7 +24,7 @@ from django.urls import path
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayqueue.engine.keys import new_job_id, queue_keys
-from delayqueue.metrics import metrics_view
+from delayqueue.observability.metrics import metrics_view
 from delayqueue.worker.loop import DelayWorker
 from tests import jobs
 from tests.conftest import parked_broker_url, wait_for
@@ -293,7 +293,7 @@ def test_a_process_serving_no_metrics_counts_nothing(tmp_path: Path, multiproces
     receiver (sending costs nothing); in multiprocess mode every process counts."""
     extra = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)} if multiprocess else {}
     code = (
-        "import django; django.setup(); import delayqueue.client, delayqueue.worker.loop; "
+        "import django; django.setup(); import delayqueue.producer.client, delayqueue.worker.loop; "
         "from delayqueue import signals; "
         "print(sum(len(s.receivers) for s in signals.ALL.values()))"
     )

@@ -1,5 +1,5 @@
-"""The admin's operator actions (delayqueue.api.operations) and read-only queries
-(delayqueue.api.browse, dashboard, job_detail), on the suite's real Redis."""
+"""The admin's operator actions (delayqueue.services.operations) and read-only queries
+(delayqueue.services.browse, dashboard, job_detail), on the suite's real Redis."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 import redis
 
 from delayqueue import enqueue
-from delayqueue.api import browse, dashboard, display, operations
-from delayqueue.api.job_detail import job_detail
-from delayqueue.client import Job
 from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, queue_keys
 from delayqueue.errors import InvalidDelay, InvalidJobId
+from delayqueue.producer.client import Job
+from delayqueue.services import browse, dashboard, display, operations
+from delayqueue.services.job_detail import job_detail
 from tests import jobs
 from tests.conftest import wait_for
 

@@ -57,7 +57,7 @@ def test_status_shows_a_queue_beside_its_shard_names(base_and_shard: None) -> No
 def test_metrics_count_a_queue_beside_its_shard_names(base_and_shard: None) -> None:
     from prometheus_client import generate_latest
 
-    from delayqueue.metrics import registry
+    from delayqueue.observability.metrics import registry
 
     body = generate_latest(registry()).decode()
     assert 'queue="orders~0"' in body and 'queue="orders"' in body

@@ -17,10 +17,11 @@ from django.test import override_settings
 from redis.sentinel import SentinelConnectionPool
 
 import delayqueue
-from delayqueue.engine import clients, execution, transitions
 from delayqueue.engine import direct as direct_path
-from delayqueue.engine.clients import get_redis, parse_sentinel_url
+from delayqueue.engine import execution, sentinel, transitions
+from delayqueue.engine.clients import get_redis
 from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.sentinel import parse_sentinel_url
 from delayqueue.errors import DelayQueueError, InvalidOption, RedisUnavailable
 from delayqueue.redaction import redact_url
 from delayqueue.worker.loop import DelayWorker
@@ -81,7 +82,7 @@ def test_delay_for_cancel_and_reschedule_land_on_the_master_the_sentinels_name(
     assert r.zcard(Q.scheduled) == 0  # not the suite's own Redis (the default REDIS_URL)
     # the client delayqueue made is a Sentinel-managed one, and it found this master
     client = get_redis()
-    assert isinstance(client, clients.SentinelRedis)
+    assert isinstance(client, sentinel.SentinelRedis)
     pool = client.connection_pool
     assert isinstance(pool, SentinelConnectionPool)
     assert pool.get_master_address() == ("127.0.0.1", _address(master)[1])

@@ -141,7 +141,7 @@ def test_a_large_dispatch_logs_one_info_line_and_still_signals_each_job(
     caplog: pytest.LogCaptureFixture,
     parked_celery: Celery,
 ) -> None:
-    from delayqueue.events import LOG_EACH_DISPATCH
+    from delayqueue.observability.events import LOG_EACH_DISPATCH
 
     count = LOG_EACH_DISPATCH + 5
     made = jobs.record.delay_many([(f"b{i}",) for i in range(count)], seconds=0, on_commit=False)
@@ -272,10 +272,10 @@ def test_transitions_are_logged_with_their_fields_as_extras(
 def test_admin_actions_send_requeued_cancelled_rescheduled(
     r: redis.Redis, recorder: Recorder, parked_celery: Celery
 ) -> None:
-    from delayqueue.api import operations
     from delayqueue.engine import transitions
     from delayqueue.engine.execution import run
     from delayqueue.engine.keys import queue_keys
+    from delayqueue.services import operations
 
     later = jobs.record.delay_for("later", seconds=60, on_commit=False)
     other = jobs.record.delay_for("other", seconds=60, on_commit=False)

@@ -68,7 +68,7 @@ def test_a_pass_claims_what_is_due_within_dispatch_ahead_and_wakes_that_early(
 def test_the_celery_side_holds_a_job_dispatched_ahead_until_its_due_time_by_redis_clock() -> None:
     """``begin`` returns Redis's clock (microseconds); the hold is the due time minus it,
     counted from the reply, so this host's clock does not matter."""
-    from delayqueue.attempt import hold_until_due
+    from delayqueue.runner.attempt import hold_until_due
 
     def held(due_ms: int | None, begun_us: int | None, replied_ago: float = 0.0) -> float:
         started = time.monotonic()
@@ -235,7 +235,7 @@ def test_run_side_records_a_failure_for_retry(r: redis.Redis, parked: Celery) ->
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
-    from delayqueue.attempt import backoff_ms
+    from delayqueue.runner.attempt import backoff_ms
 
     for attempt, base_ms in [(1, 10_000), (2, 20_000), (3, 40_000)]:
         assert 0.8 * base_ms <= backoff_ms(attempt, None) <= 1.2 * base_ms

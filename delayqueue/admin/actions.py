@@ -13,8 +13,8 @@ from django.contrib import messages
 from django.http import HttpRequest
 from django.utils.translation import ngettext
 
-from delayqueue.api import browse, operations
 from delayqueue.engine.keys import State
+from delayqueue.services import browse, operations
 
 STATE_LABELS: dict[State, str] = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"}
 

@@ -24,10 +24,6 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from delayqueue.admin.actions import ACTIONS, STATE_LABELS, Action, Call, perform
-from delayqueue.api import browse, operations
-from delayqueue.api import dashboard as dashboard_queries
-from delayqueue.api.display import Moment
-from delayqueue.api.job_detail import job_detail as read_job
 from delayqueue.conf import get_settings
 from delayqueue.engine import presence
 from delayqueue.engine.keys import JOB_ID, STATES, State
@@ -35,6 +31,10 @@ from delayqueue.engine.redis_errors import as_delayqueue_error
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.models import DelayedJob
 from delayqueue.redaction import redact
+from delayqueue.services import browse, operations
+from delayqueue.services import dashboard as dashboard_queries
+from delayqueue.services.display import Moment
+from delayqueue.services.job_detail import job_detail as read_job
 
 P = ParamSpec("P")
 View = Callable[Concatenate[HttpRequest, AdminSite, P], HttpResponse]

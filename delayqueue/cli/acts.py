@@ -1,6 +1,6 @@
 """The command line's actions, each in two steps: ``plan_*`` checks the arguments and reads
 what the action would touch (refusing early, with the reason, when nothing can be done), and
-gives the question to confirm; ``Plan.run`` acts through ``delayqueue.api.operations`` and
+gives the question to confirm; ``Plan.run`` acts through ``delayqueue.services.operations`` and
 reports per job what applied and what had moved on in the meantime."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from delayqueue.api import browse, operations
-from delayqueue.api.job_detail import job_detail
 from delayqueue.cli import FAILED, USAGE
 from delayqueue.cli.status import Place, locate
 from delayqueue.engine.keys import check_job_id, check_queue_name
+from delayqueue.services import browse, operations
+from delayqueue.services.job_detail import job_detail
 
 
 class Refused(Exception):

@@ -12,9 +12,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from delayqueue.api.display import Moment, relative_text
-from delayqueue.api.job_detail import JobDetail
 from delayqueue.cli.status import Health, Snapshot, epoch_iso
+from delayqueue.services.display import Moment, relative_text
+from delayqueue.services.job_detail import JobDetail
 
 WIDE = 200  # columns of a console that is not a terminal (a log, a pipe): no wrapping
 HISTORY_SHOWN = 10

@@ -9,10 +9,10 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from delayqueue.api import browse, dashboard
-from delayqueue.api.display import Moment
 from delayqueue.engine import presence, record
 from delayqueue.engine.keys import check_queue_name
+from delayqueue.services import browse, dashboard
+from delayqueue.services.display import Moment
 
 DEFAULT_MAX_OVERDUE = 60.0  # seconds the oldest due job may wait before health fails
 

@@ -38,15 +38,14 @@ from delayqueue.engine.clients import (
     client_options,
     cluster_urls,
     get_redis,
-    is_sentinel_url,
     on_reset,
-    parse_sentinel_url,
     queue_added,
     queue_remembered,
 )
 from delayqueue.engine.keys import global_keys
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.engine.scripts import load_source
+from delayqueue.engine.sentinel import is_sentinel_url, parse_sentinel_url
 from delayqueue.errors import InvalidOption, RedisUnavailable
 from delayqueue.redaction import redact_url
 
@@ -228,7 +227,7 @@ def _shared(client: Any) -> SharedConnection | None:
 def _sentinel_clients(
     url: str, master: Any, sentinel_kwargs: Mapping[str, Any] | None, options: dict[str, Any]
 ) -> LoopClients:
-    """``Sentinel.master_for``, as ``clients._sentinel_client`` makes it."""
+    """``Sentinel.master_for``, as ``sentinel.sentinel_client`` makes it."""
     target = parse_sentinel_url(url)
     timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
     to_sentinels = {**timeouts, "retry": Retry(NoBackoff(), 0), **(sentinel_kwargs or {})}

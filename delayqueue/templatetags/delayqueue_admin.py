@@ -11,7 +11,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import ngettext
 
-from delayqueue.api.dashboard import Bucket
+from delayqueue.services.dashboard import Bucket
 
 register = template.Library()
 

@@ -22,7 +22,6 @@ from typing import Any
 from celery import Celery
 from ulid import ULID
 
-from delayqueue import events
 from delayqueue.celery_app import get_celery_app
 from delayqueue.conf import get_settings
 from delayqueue.engine import registry, transitions
@@ -34,15 +33,17 @@ from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.engine.wake import WakeChannels, WakeLost
 from delayqueue.errors import DelayQueueError, RedisUnavailable
+from delayqueue.observability import reported
 from delayqueue.validators import (
     check_batch_size,
     check_dispatch_ahead,
     check_visibility_timeout,
 )
-from delayqueue.wire import declared_queue, is_delayed_task
+from delayqueue.worker.claimed import Claimed, decode_claimed
 from delayqueue.worker.clock import RedisClock
-from delayqueue.worker.dispatch import Claimed, Dispatcher, decode_claimed
+from delayqueue.worker.dispatch import Dispatcher
 from delayqueue.worker.publishers import Publisher
+from delayqueue.worker.served_queues import say_once, served_queues
 
 logger = logging.getLogger(__name__)
 
@@ -208,8 +209,6 @@ class DelayWorker:
                 reaped = queue_replies[0]
                 if isinstance(reaped, DelayQueueError):
                     self._queue_failed(queue, reaped, started)
-                else:
-                    events.reaped(queue, reaped.rescheduled, reaped.dead)
             claim = queue_replies[-1]
             if isinstance(claim, DelayQueueError):
                 self._queue_failed(queue, claim, started)
@@ -239,7 +238,7 @@ class DelayWorker:
             reaping = deadline <= started or started - reaped_at >= REAP_AT_LEAST_EVERY
             calls: list[ScriptCall[Any]] = []
             if reaping:
-                calls.append(transitions.reap(keys, limit=self.batch_size, max_attempts=attempts))
+                calls.append(reported.reap(keys, limit=self.batch_size, max_attempts=attempts))
             calls.append(
                 transitions.claim(
                     keys,
@@ -283,7 +282,7 @@ class DelayWorker:
     def _queue_failed(self, queue: str, exc: DelayQueueError, started: float) -> None:
         if isinstance(exc, RedisUnavailable):
             raise exc
-        _say_once(f"queue {queue}: {exc}; trying it again on later passes")
+        say_once(f"queue {queue}: {exc}; trying it again on later passes")
         self._reap_state[queue] = (started + REAP_AT_LEAST_EVERY, started)
 
     def _wake_at(self, points: list[tuple[int, int]], replied: float) -> float:
@@ -374,14 +373,7 @@ class DelayWorker:
 
     def _refresh_queues(self) -> None:
         if self.fixed_queues is None:
-            known = set(_known_queue_names())
-            known |= {
-                shard
-                for task in self.app.tasks.values()
-                if is_delayed_task(task)
-                for shard in shard_names(declared_queue(task) or get_settings().default_queue)
-            }
-            self.queues = sorted(known)
+            self.queues = served_queues(self.app)
         self.wake.listen(self.queues)
 
     def _goodbye(self) -> None:
@@ -396,35 +388,3 @@ class DelayWorker:
         publisher's (``run`` does when it stops)."""
         self.wake.close()
         self.dispatcher.close()
-
-
-def _known_queue_names() -> list[str]:
-    """The registry of queues (engine/registry.py), its entries that are no queue name or a
-    registry of the wrong type said once at ERROR: then only the tasks' queues are served."""
-    notes: list[str] = []
-    try:
-        found = registry.queue_names(notes)
-    except RedisUnavailable:
-        raise
-    except DelayQueueError as exc:
-        _say_once(f"cannot read the queue registry: {exc}")
-        return []
-    for note in notes:
-        _say_once(f"cannot read the queue registry: {note}")
-    for entry, why in found.ignored:
-        _say_once(f"ignoring queue {entry} found in Redis: {why}")
-    return found.names
-
-
-_said: set[str] = set()  # registry problems logged at ERROR already (bounded below)
-
-
-def _say_once(problem: str) -> None:
-    """A problem of the queue registry at ERROR the first time this process meets it, then
-    at DEBUG: the registry is read every heartbeat, and one bad entry must not fill the log."""
-    if problem in _said:
-        logger.debug("%s (again)", problem)
-        return
-    if len(_said) < 1_000:
-        _said.add(problem)
-    logger.error("%s", problem)

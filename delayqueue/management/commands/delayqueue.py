@@ -175,7 +175,7 @@ class Command(BaseCommand):
             return ""
 
     def show(self, job_id: str, queue: str | None, *, as_json: bool) -> None:
-        from delayqueue.api.job_detail import job_detail
+        from delayqueue.services.job_detail import job_detail
 
         check_job_id(job_id)
         queues = [acts.known_queue(queue)] if queue is not None else None

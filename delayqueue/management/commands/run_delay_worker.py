@@ -252,7 +252,10 @@ def loop_argv(
 def serve_metrics(port: int, address: str, logger: logging.Logger) -> None:
     """Serve /metrics from a thread of this process: its own counters and histograms (not
     the sum of a multiprocess directory: the Django view serves that) and the gauges."""
-    from delayqueue.metrics import multiprocess_dir, registry  # connects the receivers
+    from delayqueue.observability.metrics import (  # connects the receivers
+        multiprocess_dir,
+        registry,
+    )
 
     if multiprocess_dir():
         logger.warning(
@@ -271,7 +274,7 @@ def serve_loop_metrics(
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    from delayqueue.metrics import QueueCollector
+    from delayqueue.observability.metrics import QueueCollector
 
     served = CollectorRegistry()
     MultiProcessCollector(served, str(directory))

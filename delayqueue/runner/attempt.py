@@ -17,16 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from delayqueue import events, signals
+from delayqueue import signals
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run, run_direct
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.record import describe_exception, utf8_safe
 from delayqueue.errors import DelayQueueError
+from delayqueue.observability import events
 from delayqueue.validators import BACKOFF_MAX_SECONDS, MAX_DISPATCH_AHEAD
 
-logger = logging.getLogger("delayqueue.runner")
+logger = logging.getLogger("delayqueue.runner.job")
 
 Backoff = float | Callable[[int], float]
 

@@ -8,7 +8,7 @@ a frame's local variable that holds one. This filter shows each such value with 
 userinfo and secret-looking query parameters replaced by ``***`` (delayqueue/redaction.py),
 the rest of the URL intact::
 
-    DEFAULT_EXCEPTION_REPORTER_FILTER = "delayqueue.error_reports.SecretUrlsFilter"
+    DEFAULT_EXCEPTION_REPORTER_FILTER = "delayqueue.observability.error_reports.SecretUrlsFilter"
 """
 
 from __future__ import annotations

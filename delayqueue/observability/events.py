@@ -1,6 +1,7 @@
 """What happens at each transition besides Redis: one log line (logger ``delayqueue.jobs``,
 with the job's fields as ``extra`` for a JSON formatter) and one signal
-(``delayqueue.signals``), which the Prometheus metrics (``delayqueue.metrics``) receive.
+(``delayqueue.signals``), which the Prometheus metrics
+(``delayqueue.observability.metrics``) receive.
 
 Called by the client API, the delay worker and the Celery side after the transition's
 script returned. A log line is built only when its level is enabled, a signal's arguments
@@ -13,75 +14,17 @@ and ``lateness_ms`` (None where unknown), plus the transition's own (``due_ms``,
 
 from __future__ import annotations
 
-import logging
 import os
-from datetime import UTC, datetime
-from typing import Any
-
-from django.dispatch import Signal
 
 from delayqueue import signals
+from delayqueue.observability.emit import DEBUG, ERROR, INFO, WARNING, log, logger, send, when
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir"):
     # Multiprocess mode: every process counts into the shared directory, which a metrics
-    # view serves. Otherwise a process counts once it imports delayqueue.metrics (to serve
-    # it: the view, run_delay_worker --metrics-port), and the others send to no receiver.
-    import delayqueue.metrics  # noqa: F401
-
-logger = logging.getLogger("delayqueue.jobs")
-signal_logger = logging.getLogger("delayqueue.signals")
-
-DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
-
-
-def _send(signal: Signal, sender: str, **kwargs: Any) -> None:
-    for receiver, result in signal.send_robust(sender, **kwargs):
-        if isinstance(result, Exception):
-            name = next((n for n, s in signals.ALL.items() if s is signal), "?")
-            signal_logger.error(
-                "a receiver of job_%s (%r) raised %s: %s; the transition stands",
-                name,
-                receiver,
-                type(result).__qualname__,
-                result,
-                extra={
-                    "transition": name,
-                    "queue": kwargs.get("queue"),
-                    "job_id": kwargs.get("job_id"),
-                },
-            )
-
-
-def _log(
-    level: int,
-    message: str,
-    message_args: tuple[Any, ...],
-    transition: str,
-    queue: str,
-    job_id: str | None,
-    task: str | None = None,
-    attempt: int | None = None,
-    lateness_ms: int | None = None,
-    **more: Any,
-) -> None:
-    extra = {
-        "transition": transition,
-        "queue": queue,
-        "job_id": job_id,
-        "task": task,
-        "attempt": attempt,
-        "lateness_ms": lateness_ms,
-        **more,
-    }
-    logger.log(level, message, *message_args, extra=extra)
-
-
-def _when(due_ms: int) -> str:
-    try:
-        return datetime.fromtimestamp(due_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
-    except (ValueError, OverflowError, OSError):
-        return f"{due_ms} ms"
-
+    # view serves. Otherwise a process counts once it imports
+    # delayqueue.observability.metrics (to serve it: the view, run_delay_worker
+    # --metrics-port), and the others send to no receiver.
+    import delayqueue.observability.metrics  # noqa: F401
 
 # ---- the client API (web processes, shells) --------------------------------------------
 
@@ -104,10 +47,10 @@ def scheduled(
             "replaced": "scheduled (replacing the job of its key)",
             "kept": "kept (its key's job stays as it was)",
         }.get(outcome, outcome)
-        _log(
+        log(
             level,
             "job %s %s: %s on %s, due %s",
-            (job_id, what, task, queue, _when(due_ms)),
+            (job_id, what, task, queue, when(due_ms)),
             "scheduled",
             queue,
             job_id,
@@ -117,7 +60,7 @@ def scheduled(
             outcome=outcome,
         )
     if signals.job_scheduled.receivers:
-        _send(
+        send(
             signals.job_scheduled,
             sender,
             queue=queue,
@@ -140,7 +83,7 @@ def scheduled_batch(queue: str, outcomes: dict[str, int]) -> None:
     if logger.isEnabledFor(INFO):
         total = sum(outcomes.values())
         detail = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
-        _log(
+        log(
             INFO,
             "%s jobs written on %s in one batch (%s)",
             (total, queue, detail),
@@ -153,17 +96,17 @@ def scheduled_batch(queue: str, outcomes: dict[str, int]) -> None:
 
 def cancelled(sender: str, queue: str, job_id: str, key: str | None) -> None:
     if logger.isEnabledFor(INFO):
-        _log(INFO, "job %s cancelled on %s", (job_id, queue), "cancelled", queue, job_id, key=key)
+        log(INFO, "job %s cancelled on %s", (job_id, queue), "cancelled", queue, job_id, key=key)
     if signals.job_cancelled.receivers:
-        _send(signals.job_cancelled, sender, queue=queue, job_id=job_id, key=key)
+        send(signals.job_cancelled, sender, queue=queue, job_id=job_id, key=key)
 
 
 def rescheduled(sender: str, queue: str, job_id: str, due_ms: int, key: str | None) -> None:
     if logger.isEnabledFor(INFO):
-        _log(
+        log(
             INFO,
             "job %s rescheduled on %s, due %s",
-            (job_id, queue, _when(due_ms)),
+            (job_id, queue, when(due_ms)),
             "rescheduled",
             queue,
             job_id,
@@ -171,14 +114,14 @@ def rescheduled(sender: str, queue: str, job_id: str, due_ms: int, key: str | No
             key=key,
         )
     if signals.job_rescheduled.receivers:
-        _send(signals.job_rescheduled, sender, queue=queue, job_id=job_id, due_ms=due_ms, key=key)
+        send(signals.job_rescheduled, sender, queue=queue, job_id=job_id, due_ms=due_ms, key=key)
 
 
 def requeued(sender: str, queue: str, job_id: str, task: str | None = None) -> None:
     if logger.isEnabledFor(INFO):
-        _log(INFO, "dead job %s requeued on %s", (job_id, queue), "requeued", queue, job_id, task)
+        log(INFO, "dead job %s requeued on %s", (job_id, queue), "requeued", queue, job_id, task)
     if signals.job_requeued.receivers:
-        _send(signals.job_requeued, sender, queue=queue, job_id=job_id, task=task)
+        send(signals.job_requeued, sender, queue=queue, job_id=job_id, task=task)
 
 
 # ---- the delay worker ----------------------------------------------------------------------
@@ -205,7 +148,7 @@ def dispatched_batch(queue: str, lateness: list[int | None]) -> None:
             if known
             else ""
         )
-        _log(
+        log(
             INFO,
             "%s jobs dispatched from %s in one batch%s",
             (len(lateness), queue, late),
@@ -226,7 +169,7 @@ def dispatched(
 ) -> None:
     if logger.isEnabledFor(level):
         late = "" if lateness_ms is None else f", {_from_due(lateness_ms)}"
-        _log(
+        log(
             level,
             "job %s dispatched: %s on %s, attempt %s%s",
             (job_id, task, queue, attempt, late),
@@ -238,7 +181,7 @@ def dispatched(
             lateness_ms,
         )
     if signals.job_dispatched.receivers:
-        _send(
+        send(
             signals.job_dispatched,
             signals.SENDER_DELAY_WORKER,
             queue=queue,
@@ -253,7 +196,7 @@ def reaped(queue: str, rescheduled: int, dead: int) -> None:
     if not (rescheduled or dead):
         return
     if logger.isEnabledFor(WARNING):
-        _log(
+        log(
             WARNING,
             "queue %s: %s in-flight jobs timed out and were rescheduled, %s moved to dead",
             (queue, rescheduled, dead),
@@ -264,7 +207,7 @@ def reaped(queue: str, rescheduled: int, dead: int) -> None:
             dead=dead,
         )
     if signals.job_reaped.receivers:
-        _send(
+        send(
             signals.job_reaped,
             signals.SENDER_DELAY_WORKER,
             queue=queue,
@@ -283,7 +226,7 @@ def dead(
     attempt: int | None = None,
 ) -> None:
     if logger.isEnabledFor(ERROR):
-        _log(
+        log(
             ERROR,
             "job %s moved to dead on %s: %s",
             (job_id, queue, reason),
@@ -296,7 +239,7 @@ def dead(
             cause=cause,
         )
     if signals.job_dead.receivers:
-        _send(
+        send(
             signals.job_dead,
             sender,
             queue=queue,
@@ -321,7 +264,7 @@ def started(
 ) -> None:
     if logger.isEnabledFor(DEBUG):
         wait = "" if wait_ms is None else f", {wait_ms} ms after its dispatch"
-        _log(
+        log(
             DEBUG,
             "job %s started: %s on %s, attempt %s%s",
             (job_id, task, queue, attempt, wait),
@@ -334,7 +277,7 @@ def started(
             wait_ms=wait_ms,
         )
     if signals.job_started.receivers:
-        _send(
+        send(
             signals.job_started,
             signals.SENDER_CELERY_WORKER,
             queue=queue,
@@ -351,7 +294,7 @@ def succeeded(
 ) -> None:
     if logger.isEnabledFor(INFO):
         note = "" if acked else " (no longer in flight under this dispatch: not acked)"
-        _log(
+        log(
             INFO,
             "job %s succeeded: %s on %s, attempt %s, in %.3f s%s",
             (job_id, task, queue, attempt, runtime, note),
@@ -364,7 +307,7 @@ def succeeded(
             outcome="acked" if acked else "stale",
         )
     if signals.job_succeeded.receivers:
-        _send(
+        send(
             signals.job_succeeded,
             signals.SENDER_CELERY_WORKER,
             queue=queue,
@@ -392,7 +335,7 @@ def failed(
             "dead": "no attempt left",
             "stale": "a later dispatch owns the job",
         }.get(outcome or "", "the failure could not be recorded")
-        _log(
+        log(
             WARNING,
             "job %s failed: %s on %s, attempt %s (%s): %s",
             (job_id, task, queue, attempt, then, error),
@@ -406,7 +349,7 @@ def failed(
             reason=error,
         )
     if signals.job_failed.receivers:
-        _send(
+        send(
             signals.job_failed,
             signals.SENDER_CELERY_WORKER,
             queue=queue,

@@ -1,7 +1,7 @@
 """The client API on an event loop: ``aenqueue``, ``adelay_many``, ``acancel`` and
 ``areschedule``, and the ``a*`` methods of ``@delayed_task`` tasks.
 
-Each is its sync twin of ``delayqueue.client`` with the round trip awaited on the running
+Each is its sync twin of ``delayqueue.producer.client`` with the round trip awaited on the running
 loop's redis.asyncio client (``engine/async_clients.py``, ``engine/async_execution.py``):
 the same checks at the call (made by the same code, before anything is awaited), the same
 ``ScriptCall`` objects and Lua scripts, the same errors, ``Job`` handles, events, signals,
@@ -24,22 +24,15 @@ from typing import Any, TypeVar
 
 from celery import Task
 
-from delayqueue import events
-from delayqueue.client import (
-    _cancel_calls,
-    _cancelled,
-    _checked_batch,
-    _flag,
-    _moved,
-    _reschedule_calls,
-    _rescheduled_job,
-)
-from delayqueue.engine import record, transitions
+from delayqueue.engine import record
 from delayqueue.engine.async_clients import aremember_queue
-from delayqueue.engine.async_execution import arun, arun_all, arun_direct
+from delayqueue.engine.async_execution import arun_all, arun_direct
 from delayqueue.engine.keys import queue_keys
-from delayqueue.job_spec import Job, JobSpec, OnConflict, spec
-from delayqueue.writes import (
+from delayqueue.observability import events
+from delayqueue.producer.client import checked_batch, rescheduled_job
+from delayqueue.producer.job_spec import Job, JobSpec, OnConflict, spec
+from delayqueue.producer.moves import acancel, arun_on_shards, flag, moved, reschedule_calls
+from delayqueue.producer.writes import (
     apply_reply,
     chunked,
     defer,
@@ -93,18 +86,10 @@ async def adelay_many(
     specs: Iterable[JobSpec], *, on_commit: bool = True, using: str | None = None
 ) -> list[Job]:
     """``delayqueue.delay_many`` on the running event loop: the jobs in one round trip."""
-    batch = _checked_batch(specs, "adelay_many")
+    batch = checked_batch(specs, "adelay_many")
     if batch:
         await _asubmit(batch, on_commit, using)
     return [s.job for s in batch]
-
-
-async def acancel(
-    queue: str, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
-) -> bool:
-    """``delayqueue.cancel`` on the running event loop."""
-    shards, key, calls = _cancel_calls(queue, job_id, key)
-    return _cancelled(shards, key, await _arun_on_shards(calls, _flag(durable)))
 
 
 async def areschedule(
@@ -117,13 +102,13 @@ async def areschedule(
     durable: bool | None = None,
 ) -> Job | None:
     """``delayqueue.reschedule`` on the running event loop."""
-    shards, key, calls = _reschedule_calls(queue, job_id, key, delay, eta)
-    found = _moved(shards, key, await _arun_on_shards(calls, _flag(durable)))
+    shards, calls = reschedule_calls(queue, job_id, key, delay, eta)
+    found = moved(shards, await arun_on_shards(calls, flag(durable)))
     if found is None:
         return None
-    queue, moved = found
-    task = await record.aread_task_name(queue_keys(queue), moved.id)
-    return _rescheduled_job(queue, moved, key, task)
+    shard, reply = found
+    task = await record.aread_task_name(queue_keys(shard), reply.id)
+    return rescheduled_job(shard, reply, key, task)
 
 
 async def _asubmit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:
@@ -149,10 +134,3 @@ async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     chunks = chunked(specs)
     replies = await arun_all([enqueue_call(chunk) for chunk in chunks], durable=durable_of(specs))
     written(chunks, replies, each_level)
-
-
-async def _arun_on_shards(calls: list[transitions.ScriptCall[T]], durable: bool | None) -> list[T]:
-    """``client._run_on_shards``, awaited."""
-    if len(calls) == 1:
-        return [await arun(calls[0], durable=durable)]
-    return await arun_all(calls, durable=durable)

@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from delayqueue.attempt import Attempt, Backoff, run_attempt
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
+from delayqueue.runner.attempt import Attempt, Backoff, run_attempt
 from delayqueue.wire import BatchEntry, valid_dispatch
 
 logger = logging.getLogger(__name__)

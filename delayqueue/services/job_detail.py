@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from delayqueue.api.display import DETAIL_CHARS, Moment, integer, text, ulid_ms
 from delayqueue.engine import record
 from delayqueue.engine.keys import STATES, JobField, State, queue_keys
 from delayqueue.engine.packing import job_fields
 from delayqueue.engine.reads import redis_now
+from delayqueue.services.display import DETAIL_CHARS, Moment, integer, text, ulid_ms
 
 PRETTY_CHARS = 200_000  # arguments longer than this are shown as stored, not re-indented
 HISTORY_SHOWN = 200

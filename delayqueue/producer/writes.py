@@ -11,13 +11,13 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
-from delayqueue import events
 from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.engine import transitions
 from delayqueue.engine.clients import remember_queue
 from delayqueue.engine.execution import run_all, run_direct
 from delayqueue.engine.keys import queue_keys
-from delayqueue.job_spec import Job, JobSpec
+from delayqueue.observability import events
+from delayqueue.producer.job_spec import Job, JobSpec
 from delayqueue.signals import SENDER_CLIENT
 
 

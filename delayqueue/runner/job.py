@@ -11,12 +11,12 @@ from typing import Any
 
 from celery import current_task
 
-from delayqueue.attempt import Attempt, Backoff, SettleNow, run_attempt
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
+from delayqueue.runner.attempt import Attempt, Backoff, SettleNow, run_attempt
 from delayqueue.validators import VISIBILITY_TIMEOUT_MAX
 from delayqueue.wire import (
     HEADER_CLAIMED,

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from delayqueue import events
 from delayqueue.conf import get_settings
 from delayqueue.engine import queues, transitions
 from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import check_job_id, check_queue_name, queue_keys
 from delayqueue.errors import InvalidDelay
+from delayqueue.observability import reported
 from delayqueue.signals import SENDER_ADMIN
 
 RETRY_CHUNK = 500
@@ -63,12 +63,9 @@ def reschedule(queue: str, ids: Sequence[str], delay_ms: int) -> ActionResult:
     if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or not 0 <= delay_ms <= max_ms:
         raise InvalidDelay(f"a delay must be 0 to {max_ms} ms, not {delay_ms!r}")
     replies = run_all(
-        [transitions.reschedule(keys, job_id=i, mode="delay", ms=delay_ms) for i in ids]
+        [reported.reschedule(SENDER_ADMIN, keys, job_id=i, mode="delay", ms=delay_ms) for i in ids]
     )
     action = "run now" if delay_ms == 0 else "reschedule"
-    for reply in replies:
-        if reply.due_ms is not None:
-            events.rescheduled(SENDER_ADMIN, queue, reply.id, reply.due_ms, None)
     return _sorted(action, ids, [reply.due_ms is not None for reply in replies])
 
 
@@ -81,10 +78,7 @@ def cancel(queue: str, ids: Sequence[str]) -> ActionResult:
     """Scheduled jobs -> gone."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    replies = run_all([transitions.cancel(keys, job_id=i) for i in ids])
-    for job_id, reply in zip(ids, replies, strict=True):
-        if reply.removed:
-            events.cancelled(SENDER_ADMIN, queue, job_id, None)
+    replies = run_all([reported.cancel(SENDER_ADMIN, keys, job_id=i) for i in ids])
     return _sorted("cancel", ids, [reply.removed for reply in replies])
 
 
@@ -112,11 +106,10 @@ def retry_dead(queue: str, ids: Sequence[str]) -> ActionResult:
     """Dead jobs -> scheduled, due now, with a fresh count of attempts."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    replies = run_all([transitions.requeue(keys, i) for i in ids])
+    replies = run_all([reported.requeue(SENDER_ADMIN, keys, i) for i in ids])
     result = ActionResult("retry")
     for job_id, outcome in zip(ids, replies, strict=True):
         if outcome == "requeued":
-            events.requeued(SENDER_ADMIN, queue, job_id)
             result.done.append(job_id)
         elif outcome == "cannot run":
             result.unrunnable.append(job_id)
@@ -145,11 +138,10 @@ def retry_all_dead(queue: str, *, chunk: int = RETRY_CHUNK) -> BulkResult:
         ids = queues.members(queue, "dead", skip, skip + min(chunk, budget) - 1)  # as stored
         if not ids:
             break
-        replies = run_all([transitions.requeue(keys, i) for i in ids])
+        replies = run_all([reported.requeue(SENDER_ADMIN, keys, i) for i in ids])
         budget -= len(ids)
-        for raw_id, outcome in zip(ids, replies, strict=True):
+        for outcome in replies:
             if outcome == "requeued":
-                events.requeued(SENDER_ADMIN, queue, raw_id.decode("utf-8", "backslashreplace"))
                 result.done += 1
             elif outcome == "cannot run":
                 result.unrunnable += 1

@@ -11,7 +11,7 @@ A process counts once this module is imported (its receivers are connected then)
 URLconf that mounts ``metrics_view``, by ``run_delay_worker --metrics-port``, and in every
 process that imports delayqueue when ``PROMETHEUS_MULTIPROC_DIR`` is set. A process that
 serves no metrics sends its signals to no receiver and pays nothing. (A project exporting
-the default registry some other way imports ``delayqueue.metrics`` in a ``ready()``.)
+the default registry some other way imports ``delayqueue.observability.metrics`` in a ``ready()``.)
 
 Served by ``run_delay_worker --metrics-port PORT`` (that process's figures and the gauges)
 and by ``metrics_view``, which a project mounts (``path("metrics/", metrics_view)``). With
@@ -222,7 +222,9 @@ _RECEIVERS: dict[Signal, Callable[..., None]] = {
     signals.job_requeued: _on_requeued,
 }
 for _signal, _receiver in _RECEIVERS.items():
-    _signal.connect(_receiver, weak=False, dispatch_uid=f"delayqueue.metrics.{_receiver.__name__}")
+    _signal.connect(
+        _receiver, weak=False, dispatch_uid=f"delayqueue.observability.metrics.{_receiver.__name__}"
+    )
 
 
 # ---- gauges read from Redis at scrape time -------------------------------------------------

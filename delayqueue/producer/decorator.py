@@ -7,20 +7,21 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from celery import Task, shared_task
-from celery._state import get_current_app
 from celery.local import Proxy
 
 # delayqueue's own Celery tasks (run_batch, run_task) go wherever a @delayed_task goes: a
 # Celery app that lists its task modules itself (include=[...]) and never autodiscovers
 # still runs every form the delay worker sends.
-from delayqueue import async_client, client, tasks  # noqa: F401
-from delayqueue.attempt import Backoff
+from delayqueue import tasks  # noqa: F401
 from delayqueue.conf import get_settings
 from delayqueue.engine.keys import check_queue_name
 from delayqueue.engine.shards import declare
 from delayqueue.errors import InvalidOption
-from delayqueue.runner import run_job
-from delayqueue.schedule import delay_seconds
+from delayqueue.producer import async_client, client
+from delayqueue.producer.due import delay_seconds
+from delayqueue.producer.task_proxy import per_app
+from delayqueue.runner.attempt import Backoff
+from delayqueue.runner.job import run_job
 from delayqueue.validators import (
     check_backoff,
     check_flag,
@@ -184,7 +185,7 @@ class DelayedTask(_TaskBase):
             self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
         )
 
-    # ---- the same on an event loop (delayqueue.async_client): awaited, no thread --------
+    # ---- the same on an event loop (delayqueue.producer.async_client): awaited, no thread --------
 
     async def adelay_for(
         self,
@@ -365,39 +366,6 @@ def delayed_task(
             dq_shards=shards,
             **celery_options,
         )(function)
-        return _per_app(task)
+        return cast(DelayedTask, per_app(task))
 
     return wrap(fn) if fn is not None else wrap
-
-
-def _per_app(shared: Any) -> DelayedTask:
-    """Celery's proxy of a shared task, resolved once per current app: a proxy like the one
-    ``shared_task`` returns (a subclass, following the current app the same way), but
-    one that remembers the task it found in the app's registry instead of looking it up and
-    working out its name again on every attribute (a few µs of each ``delay_for``). The
-    first look-up per app is Celery's own, which finalizes the app as it always does."""
-    found: tuple[Any, Any] = (None, None)  # (app, its task): one tuple, read at once
-
-    def current_task() -> Any:
-        nonlocal found
-        app, task = found
-        current = get_current_app()
-        if app is not current:
-            task = shared._get_current_object()
-            found = (current, task)
-        return task
-
-    return cast(DelayedTask, _TaskProxy(current_task))
-
-
-class _TaskProxy(Proxy):
-    """Celery's Proxy, asking its resolver straight away: Celery's own first looks for a
-    werkzeug-style local on it (a failed ``hasattr`` per attribute)."""
-
-    __slots__ = ()
-
-    def _get_current_object(self) -> Any:
-        return object.__getattribute__(self, "_Proxy__local")()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(object.__getattribute__(self, "_Proxy__local")(), name)

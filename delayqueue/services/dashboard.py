@@ -10,12 +10,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from delayqueue.api.display import Moment, integer, text
 from delayqueue.engine import presence, registry
 from delayqueue.engine import queues as queue_state
 from delayqueue.engine.keys import STAT_FIELDS, WorkerField
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.shards import logical, shard_index
+from delayqueue.services.display import Moment, integer, text
 
 MAX_WORKERS_SHOWN = 100
 FIELD_CHARS = 200  # most characters of a worker's id or field shown

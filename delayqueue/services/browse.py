@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from delayqueue.api.display import Moment, integer, text
 from delayqueue.engine import queues, record, registry
 from delayqueue.engine.keys import (
     JOB_ID,
@@ -24,6 +23,7 @@ from delayqueue.engine.keys import (
     queue_keys,
 )
 from delayqueue.engine.reads import redis_now
+from delayqueue.services.display import Moment, integer, text
 
 Order = Literal["asc", "desc"]
 

@@ -17,7 +17,8 @@ from delayqueue.engine.keys import check_queue_name, new_job_id
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
 from delayqueue.errors import NotSerializable, UnknownTask
-from delayqueue.schedule import Mode, to_due
+from delayqueue.producer import moves
+from delayqueue.producer.due import Mode, to_due
 from delayqueue.validators import (
     check_flag,
     check_key,
@@ -48,15 +49,12 @@ class Job:
     outcome: Literal["created", "kept", "replaced"] | None = None
 
     def cancel(self) -> bool:
-        from delayqueue.client import cancel
-
-        return cancel(self.queue, self.id)
+        """Remove the job while it is still scheduled; whether it was removed."""
+        return moves.cancel(self.queue, self.id)
 
     async def acancel(self) -> bool:
-        """``cancel()`` on the running event loop (delayqueue.async_client)."""
-        from delayqueue.async_client import acancel
-
-        return await acancel(self.queue, self.id)
+        """``cancel()`` on the running event loop."""
+        return await moves.acancel(self.queue, self.id)
 
 
 @dataclass
