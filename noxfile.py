@@ -4,7 +4,7 @@ own built from that row's interpreter.
 
     .venv/bin/nox                         # every row
     .venv/bin/nox -s django61             # one row
-    .venv/bin/nox -s django61 -- tests/test_api.py tests/test_worker.py   # some modules
+    .venv/bin/nox -s django61 -- tests/scheduling/test_api.py   # some modules
 
 Interpreters are found by version (on PATH, or pyenv's under ``$(pyenv root)/versions``); a
 missing one is an error that names it, never a skipped row.

@@ -25,7 +25,8 @@ FILL = """
 -- ARGV[1] first index     ARGV[2] how many           ARGV[3] first score ms
 -- ARGV[4] score spread ms ARGV[5] 16-char id prefix  ARGV[6] "dead" to add an error
 local alphabet = '0123456789ABCDEFGHJKMNPQRSTVWXYZ'
-local tasks = {'orders_demo.tasks.close_unpaid_order', 'tests.jobs.record', 'bench.fake.report'}
+local tasks = {'orders_demo.tasks.close_unpaid_order', 'tests.support.jobs.record',
+               'bench.fake.report'}
 local first, count = tonumber(ARGV[1]), tonumber(ARGV[2])
 local base, spread = tonumber(ARGV[3]), tonumber(ARGV[4])
 for i = first, first + count - 1 do
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7, help="renders of each page")
     options = parser.parse_args(argv)
 
-    from tests.redis_server import RedisServer
+    from tests.support.redis_server import RedisServer
 
     server = RedisServer().start()
     workdir = tempfile.mkdtemp(prefix="dq-bench-admin-")
@@ -161,7 +162,7 @@ def run(server: Any, options: argparse.Namespace) -> int:
         ("search: exact job id", f"{scheduled}?q={some_id}"),
         ("search: exact dedupe key", f"{scheduled}?q=order:123456"),
         ("search: task text (bounded scan)", f"{scheduled}?q=report"),
-        ("filter: exact task (bounded scan)", f"{scheduled}?task=tests.jobs.record"),
+        ("filter: exact task (bounded scan)", f"{scheduled}?task=tests.support.jobs.record"),
         ("in flight, first page", url("list", QUEUE, "inflight")),
         ("dead, first page (newest)", dead),
         (f"dead, deep page {options.dead // 100:,}", f"{dead}?page={max(1, options.dead // 100)}"),

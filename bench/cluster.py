@@ -43,8 +43,8 @@ from rich.table import Table
 from bench.env import BenchEnv
 from bench.report import Figure
 from bench.throughput import SMOKE, Sizes
-from tests.redis_server import RedisServer
-from tests.topologies import ClusterSet
+from tests.support.redis_server import RedisServer
+from tests.support.topologies import ClusterSet
 
 QUEUES_PER_MASTER = 4
 MASTERS = 3

@@ -15,8 +15,8 @@ from typing import Any
 
 import redis
 
-from tests.processes import Process, child_env
-from tests.redis_server import RedisServer
+from tests.support.processes import Process, child_env
+from tests.support.redis_server import RedisServer
 
 DQ_DB, BROKER_DB, RAW_DB = 0, 1, 3
 

@@ -5,7 +5,7 @@ import os
 
 from tests.settings import *  # noqa: F403
 
-CELERY_IMPORTS = ["tests.jobs", "bench.tasks"]
+CELERY_IMPORTS = ["tests.support.jobs", "bench.tasks"]
 # Jobs dispatched with no Celery worker consuming them wait in a queue of their own.
 CELERY_TASK_ROUTES = {"bench.tasks.sink": {"queue": "bench-sink"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 4  # Celery's default; the worker's flag overrides it

@@ -9,7 +9,7 @@ Each scenario starts its own processes:
 - a real Celery worker (prefork, 2 processes; ``python -m tests.chaos celery-worker``, with
   kombu's Redis ack emulation on, Celery's default, or off where the scenario says) and a
   real delay worker (``manage.py run_delay_worker``, started through
-  ``python -m tests.chaos delay-worker`` so that it knows ``tests.chaos_tasks``).
+  ``python -m tests.chaos delay-worker`` so that it knows ``tests.support.chaos_tasks``).
 
 The harness process schedules the jobs itself (``delay_many`` with a dedupe key per job,
 retried with the same keys when Redis does not answer) while a fault thread breaks things.
@@ -17,7 +17,8 @@ A job counts as *acknowledged* once the call that scheduled it returned. Account
 the faults stop and a settling deadline: *lost* = acknowledged, never run, and neither
 pending (scheduled / in flight) nor dead.
 
-Short form: ``tests/test_chaos.py``. Soak: ``python -m tests.chaos --soak [--minutes N]``.
+Short form: ``tests/delay_worker/test_chaos.py``.
+Soak: ``python -m tests.chaos --soak [--minutes N]``.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from pathlib import Path
 
 import redis
 
-from tests.processes import ROOT, child_env, default_signals
-from tests.redis_server import RedisServer
+from delayqueue.engine.keys import queue_keys
+from tests.support.processes import ROOT, child_env, default_signals
+from tests.support.redis_server import RedisServer
 
 QUEUE = "chaos"
 OVERRIDE_ENV = "DQ_CHAOS_DELAYQUEUE"  # JSON laid over DELAYQUEUE in the children
@@ -202,7 +204,7 @@ def celery_worker_child(env: dict[str, str], folder: Path) -> Child:
     """The chaos Celery worker (prefork, 2 processes, Celery's prefetch), not yet started."""
     return Child(
         "celery worker",
-        [sys.executable, "-m", "tests.chaos", "celery-worker", "-I", "tests.chaos_tasks",
+        [sys.executable, "-m", "tests.chaos", "celery-worker", "-I", "tests.support.chaos_tasks",
          "-l", "info", "-c", "2", "--without-gossip", "--without-mingle",
          "--without-heartbeat", "--prefetch-multiplier", "4"],
         env,
@@ -378,7 +380,7 @@ def schedule_jobs(
     seconds later; a batch Redis did not acknowledge is sent again with the same dedupe keys.
     Returns tag -> (job id, due ms) of every acknowledged job, and the number of retries."""
     from delayqueue import DelayQueueError, delay_many, spec
-    from tests.chaos_tasks import chaos_batched_job, chaos_job
+    from tests.support.chaos_tasks import chaos_batched_job, chaos_job
 
     task = chaos_batched_job if scenario.batched else chaos_job
 
@@ -412,7 +414,7 @@ def account(
     rig: Rig, name: str, acknowledged: dict[str, tuple[str, int]], settle: float
 ) -> Accounting:
     """Wait until every acknowledged job ran (or ``settle`` seconds passed), then count."""
-    from tests.chaos_tasks import FIRST, RUNS
+    from tests.support.chaos_tasks import FIRST, RUNS
 
     ledger = rig.ledger()
     deadline = time.monotonic() + settle
@@ -424,7 +426,7 @@ def account(
     dq = rig.dq.client()
     quiet_until = min(deadline, time.monotonic() + 10)
     while time.monotonic() < quiet_until and (
-        dq.zcard(f"dq:{{{QUEUE}}}:inflight") or dq.zcard(f"dq:{{{QUEUE}}}:scheduled")
+        dq.zcard(queue_keys(QUEUE).inflight) or dq.zcard(queue_keys(QUEUE).scheduled)
     ):
         time.sleep(0.1)
 
@@ -435,7 +437,7 @@ def account(
     for tag, (job_id, due) in acknowledged.items():
         count = runs.get(tag, 0)
         if not count and not any(
-            dq.zscore(f"dq:{{{QUEUE}}}:{zset}", job_id) is not None
+            dq.zscore(queue_keys(QUEUE).of_state(zset), job_id) is not None
             for zset in ("scheduled", "inflight", "dead")
         ):
             # Gone from delayqueue since the snapshot of the ledger: it ran meanwhile (a run
@@ -453,10 +455,10 @@ def account(
             if late < -1:  # ms rounding between Redis TIME and time.time()
                 result.early += 1
             continue
-        if dq.zscore(f"dq:{{{QUEUE}}}:dead", job_id) is not None:
+        if dq.zscore(queue_keys(QUEUE).dead, job_id) is not None:
             result.dead += 1
         elif any(
-            dq.zscore(f"dq:{{{QUEUE}}}:{zset}", job_id) is not None
+            dq.zscore(queue_keys(QUEUE).of_state(zset), job_id) is not None
             for zset in ("scheduled", "inflight")
         ):
             result.pending += 1
@@ -558,11 +560,11 @@ def _setup_django() -> None:
 
 
 def delay_worker_main(argv: list[str]) -> None:
-    """``manage.py run_delay_worker`` with ``tests.chaos_tasks`` imported first."""
+    """``manage.py run_delay_worker`` with ``tests.support.chaos_tasks`` imported first."""
     _setup_django()
     from django.core.management import call_command
 
-    import tests.chaos_tasks  # noqa: F401  (registers chaos_job)
+    import tests.support.chaos_tasks  # noqa: F401  (registers chaos_job)
 
     call_command("run_delay_worker", *argv)
 
@@ -602,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="run only scenarios whose name contains this")
     options = parser.parse_args(argv)
     _setup_django()
-    import tests.chaos_tasks  # noqa: F401
+    import tests.support.chaos_tasks  # noqa: F401
 
     chosen = [s for s in SCENARIOS if not options.only or options.only.lower() in s.name.lower()]
     seconds = options.minutes * 60 / len(chosen) if options.soak else 6.0

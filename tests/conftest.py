@@ -15,10 +15,10 @@ import redis
 from celery import Celery
 from redis.cluster import RedisCluster
 
-import tests.fuzzing  # noqa: F401  (Hypothesis profiles, before any test module)
+import tests.support.fuzzing  # noqa: F401  (Hypothesis profiles, before any test module)
 from delayqueue.engine import clients as connection
 from delayqueue.engine.clients import ClusterClient
-from tests.processes import Process, child_env
+from tests.support.processes import Process, child_env
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
@@ -116,7 +116,7 @@ _apps_made: list[Celery] = []
 def celery_app_on(broker_url: str) -> Celery:
     """A Celery app with the suite's tasks and a broker of its own (closed after the test
     that made it, by ``close_what_tests_made``)."""
-    from tests import jobs
+    from tests.support import jobs
 
     app = Celery(broker=broker_url)
     for name, task in jobs.record.app.tasks.items():

@@ -2,7 +2,7 @@
 delay workers and the Celery worker claim, dispatch and ack them; then every job is
 accounted for.
 
-Topologies (tests/topologies.py): a Sentinel set, whose sentinels promote the replica, or a
+Topologies (tests/support/topologies.py): a Sentinel set, whose sentinels promote the replica, or a
 Redis Cluster, where the replica of the master holding the queue's slot takes over. The
 killed server is started again at once as a replica of the new master (what a supervisor
 does), so the next kill, and durable writes, have a replica again. The Celery broker and
@@ -28,7 +28,7 @@ that long before the kill (see ``kill_master``), the case WAIT is for. With ``du
 (DELAYQUEUE["DURABLE"] in the producers and in every worker process) each write waits for
 a replica before it returns, and none may be lost.
 
-Short form: tests/test_chaos.py. Long form: ``python -m tests.long_run --failover``, or
+Short form: tests/delay_worker/test_chaos.py. Long form: ``python -m tests.long_run --failover``, or
 ``python -m tests.failover_chaos --minutes N``.
 """
 
@@ -53,10 +53,11 @@ from typing import Any, Literal, cast
 
 import redis
 
+from delayqueue.engine.keys import queue_keys
 from tests.chaos import DELAY_WORKER_ARGS, OVERRIDE_ENV, QUEUE, Child, celery_worker_child
-from tests.processes import child_env
-from tests.redis_server import RedisServer
-from tests.topologies import MASTER_NAME, ClusterSet, SentinelSet
+from tests.support.processes import child_env
+from tests.support.redis_server import RedisServer
+from tests.support.topologies import MASTER_NAME, ClusterSet, SentinelSet
 
 MIN_DELAY = 2.5  # s: longer than a retry takes, so a retry finds its own first write
 RETRY_WINDOW = 1.0  # s a producer keeps sending one job again before it gives it up
@@ -138,7 +139,7 @@ class ClusterTarget:
 
     def __init__(self) -> None:
         self.set = ClusterSet()
-        self.key = f"dq:{{{QUEUE}}}:scheduled"
+        self.key = queue_keys(QUEUE).scheduled
         self.url = ""
 
     def start(self) -> None:
@@ -386,7 +387,7 @@ def produce(produced: Produced, prefix: str, rate: float, until: float, spread: 
     """Schedule ``rate`` jobs a second until ``until`` (monotonic), one call per job, each
     raised call sent again with the same key for up to RETRY_WINDOW s."""
     from delayqueue import DelayQueueError
-    from tests.chaos_tasks import chaos_job
+    from tests.support.chaos_tasks import chaos_job
 
     started = time.monotonic()
     n = 0
@@ -541,11 +542,11 @@ def account(rig: FailoverRig, name: str, produced: Produced, settle: float) -> F
     nothing scheduled or in flight: a lost job never runs), at most ``settle`` s; then until
     the queue is empty, at most 10 s more (runs of reaped jobs, the duplicates, show up);
     then count. A run is recorded before its ack takes the job off the queue."""
-    from tests.chaos_tasks import RUNS
+    from tests.support.chaos_tasks import RUNS
 
     ledger = rig.ledger_server.client()
     dq = rig.target.client()
-    keys = {zset: f"dq:{{{QUEUE}}}:{zset}" for zset in ("scheduled", "inflight", "dead")}
+    keys = {zset: queue_keys(QUEUE).of_state(zset) for zset in ("scheduled", "inflight", "dead")}
 
     def busy() -> bool:
         return bool(dq.zcard(keys["scheduled"]) or dq.zcard(keys["inflight"]))
@@ -623,9 +624,9 @@ def print_failover_table(results: list[FailoverAccounting]) -> None:
     Console(width=200).print(table)
 
 
-# The short form (tests/test_chaos.py): one kill each, the replica 0.5 s behind (what the
-# master took meanwhile is on no replica): durable on each topology, and the control without
-# DURABLE, which shows the harness sees what a failover loses.
+# The short form (tests/delay_worker/test_chaos.py): one kill each, the replica 0.5 s behind
+# (what the master took meanwhile is on no replica): durable on each topology, and the
+# control without DURABLE, which shows the harness sees what a failover loses.
 LAG = 0.5
 SHORT = [
     FailoverScenario("Sentinel, replica behind, durable", "sentinel", True, replica_lag=LAG),
@@ -666,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.chaos import _setup_django
 
     _setup_django()
-    import tests.chaos_tasks  # noqa: F401
+    import tests.support.chaos_tasks  # noqa: F401
 
     logging.getLogger("delayqueue").setLevel(logging.WARNING)  # not a line per job
 

@@ -3,7 +3,7 @@ budget, round after round, until the time is up:
 
     .venv/bin/python -m tests.long_run --minutes 10 [--factor 10] [-k state_machine]
 
-The test command runs the same tests derandomized with a small budget (tests/fuzzing.py).
+The test command runs the same tests derandomized with a small budget (tests/support/fuzzing.py).
 Each round is one pytest run with ``--hypothesis-seed`` set to a fresh random seed, so a
 failure names the seed that reproduces it. Exit code 1 when any round failed.
 

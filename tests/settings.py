@@ -6,7 +6,7 @@ its folders when it exits, is stopped by SIGTERM or dies (the server gets SIGTER
 ``DQ_TEST_TOPOLOGY`` puts delayqueue's own data on another topology the suite starts itself:
 ``cluster`` (3 masters, 3 replicas) or ``sentinel`` (a master, a replica, 3 sentinels). The
 Celery broker stays on the single server (Celery has no Cluster transport).
-tests/test_topologies.py runs the core test modules that way."""
+tests/topologies/test_topologies.py runs the core test modules that way."""
 
 import functools
 import os
@@ -18,7 +18,7 @@ if TOPOLOGY not in ("single", "cluster", "sentinel"):
     raise RuntimeError(f"DQ_TEST_TOPOLOGY={TOPOLOGY!r}: single, cluster or sentinel")
 
 if "DQ_TEST_REDIS_PORT" not in os.environ:
-    from tests.redis_server import RedisServer, cleanup_on_exit
+    from tests.support.redis_server import RedisServer, cleanup_on_exit
 
     _server = RedisServer().start()
     _test_dir = tempfile.mkdtemp(prefix="dq-test-")
@@ -30,7 +30,7 @@ if "DQ_TEST_REDIS_PORT" not in os.environ:
     os.environ["DQ_TEST_DIR"] = _test_dir
     os.environ["DQ_TEST_RUN_IDS"] = str(_server.run_id)
     if TOPOLOGY == "cluster":
-        from tests.topologies import ClusterSet
+        from tests.support.topologies import ClusterSet
 
         _cluster = ClusterSet().start()
         cleanup_on_exit(_cluster.cleanup)
@@ -38,7 +38,7 @@ if "DQ_TEST_REDIS_PORT" not in os.environ:
         os.environ["REDIS_CLUSTER"] = "true"
         os.environ["DQ_TEST_RUN_IDS"] = ",".join(_cluster.run_ids().values())
     elif TOPOLOGY == "sentinel":
-        from tests.topologies import SentinelSet
+        from tests.support.topologies import SentinelSet
 
         _sentinels = SentinelSet().start()
         cleanup_on_exit(_sentinels.cleanup)
@@ -60,7 +60,7 @@ os.environ["ORDER_PAYMENT_TIMEOUT"] = "1800"
 from orders_demo.settings import *  # noqa: E402,F403
 
 DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"]}  # noqa: F405
-CELERY_IMPORTS = ["tests.jobs"]
+CELERY_IMPORTS = ["tests.support.jobs"]
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 DELAYQUEUE = {"REDIS_URL": os.environ["DQ_TEST_DELAYQUEUE_URL"], "SAFETY_POLL": 2.0}
 if TOPOLOGY == "cluster":

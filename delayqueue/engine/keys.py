@@ -129,12 +129,6 @@ class QueueKeys:
         return self.spec_prefix.encode() + job_id[-2:]
 
     @cached_property
-    def legacy_specs(self) -> str:
-        """hash: id -> packed spec, the one specs hash of builds before the buckets. Only
-        claim still reads it (for a job whose spec it finds nowhere else) and empties it."""
-        return f"{self.base}:specs"
-
-    @cached_property
     def scheduled(self) -> str:
         """zset: id -> due time (ms)."""
         return f"{self.base}:scheduled"

@@ -188,7 +188,6 @@ def claim(
             keys.stats(current_minute()),
             keys.dead,
             keys.spec_prefix,
-            keys.legacy_specs,
         ],
         [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
         _claim_reply,

@@ -3,4 +3,4 @@
 
 from celery import Celery
 
-app = Celery("chaos_app", include=["tests.chaos_tasks"])
+app = Celery("chaos_app", include=["tests.support.chaos_tasks"])

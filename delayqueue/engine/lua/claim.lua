@@ -9,8 +9,6 @@
 -- KEYS[6] dead zset                     dq:{Q}:dead
 -- KEYS[7] specs bucket prefix           dq:{Q}:specs: (a never-claimed job's spec moves
 --         from its bucket, KEYS[7] .. the id's last two characters, into its hash here)
--- KEYS[8] specs hash of earlier builds  dq:{Q}:specs  (read only for a job whose spec is
---         found nowhere else: a job scheduled before the buckets; optional)
 -- ARGV[1] most jobs to claim
 -- ARGV[2] visibility timeout ms for jobs that set none of their own (doubled per earlier
 --         dispatch that never started, up to 32 times)
@@ -61,17 +59,11 @@ local ids, far, due_of = due_ids(KEYS[1], now + ahead, limit, true)
 local function examine(id, far_due)
   local job = KEYS[3] .. id
   local f = hash_fields(job, 'task', 'args', 'kwargs', 'max', 'vt', 'key', 'tok', 'att', 'rp')
-  -- Its packed spec: in its bucket (one that is not a hash holds none, and is left to
-  -- whoever wrote it), else, for a job that has no spec in its hash either, in the specs
-  -- hash of builds before the buckets (one that is not a hash holds none either).
+  -- Its packed spec, in its bucket (one that is not a hash holds none, and is left to
+  -- whoever wrote it).
   local bucket = spec_bucket(KEYS[7], id)
   local spec, bucket_type = bucket_spec(bucket, id)
-  local from = bucket
-  if not spec and KEYS[8] and not (f and f[1] and f[2]) then
-    local old = redis.pcall('HGET', KEYS[8], id)
-    if type(old) == 'string' then spec, from = old, KEYS[8] end
-  end
-  local plan = {id = id, job = job, spec = spec, from = from, foreign = not f}
+  local plan = {id = id, job = job, spec = spec, from = bucket, foreign = not f}
   plan.fresh = f and not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6])  -- no spec field
   if spec then
     plan.parts = split_spec(spec)

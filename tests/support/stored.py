@@ -1,0 +1,27 @@
+"""What Redis holds about one job, read the way the admin reads it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from delayqueue.engine.keys import QueueKeys
+from delayqueue.engine.packing import job_fields
+
+
+def stored_job(r: redis.Redis, keys: QueueKeys, job_id: str) -> dict[str, str]:
+    """A job's hash and, while it was never claimed, its packed spec, as one dict."""
+    hash_fields = {str(k): str(v) for k, v in r.hgetall(keys.job(job_id)).items()}
+    spec = r.hget(keys.spec_bucket(job_id), job_id)
+    return job_fields(hash_fields, None if spec is None else str(spec))
+
+
+def packed_specs(r: redis.Redis, keys: QueueKeys) -> dict[Any, Any]:
+    """Every packed spec of the queue, id -> spec, from all its buckets (every one of those
+    keys must be a hash)."""
+    found: dict[Any, Any] = {}
+    pattern = keys.spec_prefix.replace("[", "\\[").replace("]", "\\]") + "*"
+    for bucket in r.scan_iter(match=pattern, count=1000):
+        found.update(r.hgetall(bucket))
+    return found
