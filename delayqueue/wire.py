@@ -142,7 +142,7 @@ _PLAIN_SEQUENCES = frozenset((list, tuple))
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # Arguments that are all flat scalars (a few ids: most calls) hold nothing to check for
 # cycles, so the C encoder runs without the markers, without the Python-level encode()
-# that builds it anew each call: 0.6 µs instead of 1.7. (None where there is no C one.)
+# that builds it anew each call. (None where there is no C one.)
 _FLAT_ENCODER = (
     c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False)
     if c_make_encoder is not None

@@ -1,8 +1,8 @@
 """The direct connections of the sync API: one script call per round trip on connections of
 our own beside redis-py's pool (``execution.run_direct``; only calls safe to resend).
 
-The performance history of this path (what redis-py's pool and reply path cost per call,
-and what was tried) is in docs/design.md, "Rules every script keeps".
+What redis-py's pool and reply path cost per call, and what was tried, is in
+docs/design.md, "Performance notes".
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ def _forget() -> None:
 class DirectConnections:
     """Connections of our own for one script call per round trip, beside the client's pool.
 
-    redis-py spends about 10 µs of CPU per command on its pool (a poll for stray data on
-    every checkout), retries and instrumentation: as much as the rest of ``delay_for``
-    together. Here an idle connection is popped off a list and pushed back after its reply
+    redis-py's pool polls for stray data on every checkout and adds retries and
+    instrumentation to each command (docs/design.md, "Performance notes"). Here an idle
+    connection is popped off a list and pushed back after its reply
     (both atomic under the GIL, so threads share the list safely); a forked child starts
     with an empty list and never touches its parent's sockets. The call is written to the
     connection's socket and its reply read with a hiredis reader of the link's own
-    (``_Link.exchange``), another 8 µs less than redis-py's read path.
+    (``_Link.exchange``) instead of redis-py's read path.
     """
 
     def __init__(self, client: Redis) -> None:
@@ -193,7 +193,7 @@ class _Link:
 def _kernel_timeouts(sock: socket.socket | None) -> None:
     """Give a plain TCP or Unix socket its timeout as the kernel's SO_RCVTIMEO and
     SO_SNDTIMEO (Linux) and make it blocking for Python: a Python socket with a timeout
-    polls before every send and every recv, two system calls (about 4 µs) per round trip.
+    polls before every send and every recv, two system calls per round trip.
     A send or recv that times out now fails with EAGAIN (BlockingIOError), which
     ``exchange`` raises as redis-py's TimeoutError. Sockets of other kinds (TLS, gevent's
     or eventlet's, whose socket class may stand in for the stdlib's), and other systems,

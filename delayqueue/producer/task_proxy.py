@@ -13,7 +13,7 @@ def per_app(shared: Any) -> Any:
     """Celery's proxy of a shared task, resolved once per current app: a proxy like the one
     ``shared_task`` returns (a subclass, following the current app the same way), but
     one that remembers the task it found in the app's registry instead of looking it up and
-    working out its name again on every attribute (a few µs of each ``delay_for``). The
+    working out its name again on every attribute of every ``delay_for``. The
     first look-up per app is Celery's own, which finalizes the app as it always does."""
     found: tuple[Any, Any] = (None, None)  # (app, its task): one tuple, read at once
 

@@ -117,8 +117,8 @@ def in_atomic_block(using: str | None) -> bool:
     """Whether this thread is inside ``atomic()`` on database ``using``: Django's own flag.
     In a thread without an event loop, read off the connection Django keeps for the thread
     (asgiref's thread-critical Local stores it in a plain ``threading.local``); Django's
-    look-up learns that there is no event loop by raising and catching an exception, 1.3 µs
-    of every ``delay_for``. A thread that has no connection yet, an event loop, or another
+    look-up learns that there is no event loop by raising and catching an exception on
+    every ``delay_for``. A thread that has no connection yet, an event loop, or another
     asgiref takes Django's look-up (which also refuses an unknown ``using``)."""
     if asyncio._get_running_loop() is None:
         local = getattr(connections, "_connections", None)  # (vars: no Local.__getattr__)
