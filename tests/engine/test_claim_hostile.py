@@ -15,6 +15,7 @@ from delayqueue.engine import transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.engine.packing import pack
+from delayqueue.worker import served_queues
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
 from tests.support.corrupt import decode_message, take_messages
@@ -29,8 +30,12 @@ def _plant(job_id: str) -> None:
 
 
 def test_a_dedupe_hash_of_the_wrong_type_costs_the_reap_not_the_claim(
-    r: redis.Redis, parked_celery: Celery, caplog: pytest.LogCaptureFixture
+    r: redis.Redis,
+    parked_celery: Celery,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(served_queues, "_said", set())  # what earlier tests made it say
     made = jobs.record.delay_many([(f"t{i}",) for i in range(5)], seconds=0, on_commit=False)
     r.delete(Q.dedupe)
     r.set(Q.dedupe, "not a hash")
