@@ -22,13 +22,14 @@ if TYPE_CHECKING:
 
 SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "memory", "scale")
 # Run only when named in --only: ``cluster`` starts a Redis Cluster and 8 processes of its own;
-# ``async`` is the async API's (bench/async_enqueue.py).
-OPT_IN = ("cluster", "async")
+# ``async`` is the async API's (bench/async_enqueue.py); ``periodic`` periodic jobs' against
+# Celery beat (bench/periodic.py).
+OPT_IN = ("cluster", "async", "periodic")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]:
-    from bench import async_enqueue, bursts, cluster, throughput, timing
+    from bench import async_enqueue, bursts, cluster, periodic, throughput, timing
 
     return {
         "enqueue": throughput.enqueue,
@@ -41,6 +42,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "scale": throughput.scale,
         "cluster": cluster.cluster,
         "async": async_enqueue.async_enqueue,
+        "periodic": periodic.periodic,
     }
 
 

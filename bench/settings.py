@@ -17,3 +17,8 @@ DELAYQUEUE = {"REDIS_URL": os.environ["REDIS_URL"], "SAFETY_POLL": 5.0}
 if "BENCH_DISPATCH_MODE" in os.environ:  # the send_task baseline of the dispatch scenario
     DELAYQUEUE["DISPATCH_MODE"] = os.environ["BENCH_DISPATCH_MODE"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}
+if os.environ.get("BENCH_SCHEDULES"):  # the periodic scenario's schedules (bench/periodic.py)
+    import json
+
+    DELAYQUEUE["SCHEDULES"] = json.loads(os.environ["BENCH_SCHEDULES"])
+CELERY_BEAT_SCHEDULE = {"every-second": {"task": "bench.tasks.beat_tick", "schedule": 1.0}}

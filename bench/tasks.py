@@ -54,3 +54,25 @@ def sink(n: int) -> None:
 @shared_task(name="bench.tasks.ping")
 def ping(token: str) -> None:
     client().set(PING, token)
+
+
+TICKS = "bench:ticks"  # list of "job_id started_ms" (periodic scenario)
+
+
+@delayed_task(queue="bench")
+def tick(tag: str) -> None:
+    """An occurrence of a periodic schedule: record its job id (whose time part is the
+    occurrence's instant) and when it started."""
+    from celery import current_task
+
+    from delayqueue.wire import dispatch_headers
+
+    started_ms = time.time() * 1000
+    dispatch = dispatch_headers(current_task.request)
+    client().rpush(TICKS, f"{dispatch[1] if dispatch else '?'} {started_ms:.3f}")
+
+
+@shared_task(name="bench.tasks.beat_tick")
+def beat_tick() -> None:
+    """Celery beat's every-second entry (the baseline of the periodic scenario)."""
+    client().rpush(TICKS, f"beat {time.time() * 1000:.3f}")

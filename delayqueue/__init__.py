@@ -36,6 +36,7 @@ __all__ = [
     "delay_many",
     "delayed_task",
     "enqueue",
+    "periodic_task",
     "reschedule",
     "spec",
 ]
@@ -62,6 +63,7 @@ from delayqueue.errors import (
 )
 
 if TYPE_CHECKING:
+    from delayqueue.periodic.declare import periodic_task
     from delayqueue.producer.async_client import acancel, adelay_many, aenqueue, areschedule
     from delayqueue.producer.client import (
         Job,
@@ -88,6 +90,7 @@ _LAZY = {
     "enqueue": "delayqueue.producer.client",
     "reschedule": "delayqueue.producer.client",
     "spec": "delayqueue.producer.client",
+    "periodic_task": "delayqueue.periodic.declare",
 }
 
 

@@ -9,5 +9,7 @@ class DelayQueueConfig(AppConfig):
     def ready(self) -> None:
         # The system checks; and delayqueue's own Celery tasks, in every Celery app of a
         # Django project that installs delayqueue, autodiscovered or not (shared_task adds
-        # them to each app).
+        # them to each app). The periodic schedules of DELAYQUEUE["SCHEDULES"] are read
+        # through delayqueue.periodic.declare.
         from delayqueue import checks, tasks  # noqa: F401
+        from delayqueue.periodic import declare  # noqa: F401

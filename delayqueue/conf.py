@@ -70,6 +70,9 @@ DEFAULTS: dict[str, Any] = {
     # the broker's list when the broker is Redis (one round trip per batch, see
     # worker/publishers.py), and uses send_task otherwise; "send_task" always uses send_task.
     "DISPATCH_MODE": "auto",
+    # Periodic jobs declared in settings: {"name": {"task": "app.tasks.report", "cron":
+    # "0 6 * * *", "timezone": "Europe/Berlin"}, ...} (docs/periodic-jobs.md).
+    "SCHEDULES": None,
 }
 
 
@@ -113,6 +116,7 @@ class Settings:
     dead_max: int
     celery_app: str | None
     dispatch_mode: str
+    schedules: dict[str, Any] | None
 
     @property
     def visibility_ms(self) -> int:

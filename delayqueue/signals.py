@@ -72,6 +72,13 @@ job_requeued = Signal()
 #: back) and ``dead`` (count). No ``job_id``.
 job_reaped = Signal()
 
+#: A schedule's occurrence came due and the schedule moved on to its next one (delay
+#: worker; periodic jobs). ``schedule`` (its name), ``job_id`` (the occurrence's job),
+#: ``at_ms`` (the occurrence's instant), ``lateness_ms`` (instant -> this step), ``runs``
+#: (False when missed="skip" removed it unrun), ``missed`` (occurrences counted as missed in
+#: this step: they came while every delay worker was down).
+schedule_ticked = Signal()
+
 ALL = {
     "scheduled": job_scheduled,
     "cancelled": job_cancelled,
@@ -83,4 +90,5 @@ ALL = {
     "dead": job_dead,
     "requeued": job_requeued,
     "reaped": job_reaped,
+    "ticked": schedule_ticked,
 }

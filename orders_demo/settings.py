@@ -91,7 +91,18 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # REDIS_CLUSTER=true: REDIS_URL names a node of a Redis Cluster (then set CELERY_BROKER_URL to a
 # Redis or RabbitMQ broker of its own: Celery has no Cluster transport).
-DELAYQUEUE = {"REDIS_URL": REDIS_URL, "REDIS_CLUSTER": env.bool("REDIS_CLUSTER", default=False)}
+DELAYQUEUE = {
+    "REDIS_URL": REDIS_URL,
+    "REDIS_CLUSTER": env.bool("REDIS_CLUSTER", default=False),
+    # Periodic jobs with no beat: planned by the delay workers, on the admin's Schedules page.
+    "SCHEDULES": {
+        "overdue-orders-report": {
+            "task": "orders_demo.tasks.report_overdue_orders",
+            "every": 60,
+            "queue": "orders",
+        },
+    },
+}
 
 # How long a customer has to pay before the order is closed and its stock released.
 ORDER_PAYMENT_TIMEOUT = env.int("ORDER_PAYMENT_TIMEOUT", default=1800)

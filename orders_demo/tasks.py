@@ -1,7 +1,10 @@
-"""Delayed jobs of the demo: closing orders nobody paid for."""
+"""Delayed jobs of the demo: closing orders nobody paid for, and a periodic report of
+orders still pending past their payment window."""
 
 import logging
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -34,3 +37,17 @@ def close_unpaid_order(order_id: int) -> None:
         order.quantity,
         order.product_id,
     )
+
+
+@delayed_task(queue="orders")
+def report_overdue_orders() -> int:
+    """Every minute (DELAYQUEUE["SCHEDULES"] in settings.py: no beat), say how many orders
+    are still pending past their payment window (their close job should have run; a number
+    above 0 for long means the workers are not keeping up). Returns the count."""
+    cutoff = timezone.now() - timedelta(seconds=settings.ORDER_PAYMENT_TIMEOUT + 60)
+    overdue = Order.objects.filter(status=Order.Status.PENDING, created_at__lt=cutoff).count()
+    if overdue:
+        logger.warning("%s orders are pending past their payment window", overdue)
+    else:
+        logger.info("No order is pending past its payment window")
+    return overdue

@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 import tests.support.fuzzing  # noqa: F401  (Hypothesis profiles, before any test module)
 from delayqueue.engine import clients as connection
 from delayqueue.engine.clients import ClusterClient
-from tests.support.processes import Process, child_env
+from tests.support.processes import Process, child_env, start_celery_worker
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
@@ -167,18 +167,8 @@ def parked_celery(monkeypatch: pytest.MonkeyPatch) -> Celery:
 @pytest.fixture(scope="session")
 def celery_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     """A real Celery worker (prefork, 2 processes) on the suite's broker."""
-    log = tmp_path_factory.mktemp("celery") / "worker.log"
-    worker = Process(
-        "celery",
-        [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "info",
-         "-c", "2", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        log,
-        child_env(),
-    )  # fmt: skip
+    worker = start_celery_worker(tmp_path_factory.mktemp("celery") / "worker.log")
     try:
-        wait_for(lambda: "ready." in worker.output() or worker.popen.poll() is not None, 60)
-        if worker.popen.poll() is not None:
-            raise RuntimeError(f"Celery worker did not start:\n{worker.output()}")
         yield worker
     finally:
         worker.stop()
@@ -189,13 +179,13 @@ def delay_worker(tmp_path: Path) -> Iterator[Callable[..., Process]]:
     """Start ``manage.py run_delay_worker`` children; all are stopped after the test."""
     started: list[Process] = []
 
-    def start(*options: str, ready: bool = True) -> Process:
+    def start(*options: str, ready: bool = True, env: dict[str, str] | None = None) -> Process:
         log = tmp_path / f"delay-worker-{len(started)}.log"
         worker = Process(
             "delay worker",
             [sys.executable, "manage.py", "run_delay_worker", "-v", "2", *options],
             log,
-            child_env(),
+            child_env(**(env or {})),
         )
         started.append(worker)
         if ready:

@@ -9,6 +9,7 @@ Celery broker stays on the single server (Celery has no Cluster transport).
 tests/topologies/test_topologies.py runs the core test modules that way."""
 
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -67,4 +68,6 @@ if TOPOLOGY == "cluster":
     DELAYQUEUE["REDIS_CLUSTER"] = True
 elif TOPOLOGY == "sentinel":
     DELAYQUEUE["SENTINEL_MASTER"] = "mymaster"
+if os.environ.get("DQ_TEST_SCHEDULES"):  # periodic schedules for child delay workers
+    DELAYQUEUE["SCHEDULES"] = json.loads(os.environ["DQ_TEST_SCHEDULES"])
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

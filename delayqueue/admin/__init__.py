@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, register_converter
 
 from delayqueue.admin import pages as views
+from delayqueue.admin import schedule_pages as schedule_views
 from delayqueue.models import DelayedJob
 
 
@@ -64,11 +65,19 @@ class DelayedJobAdmin(admin.ModelAdmin):
     def act_view(self, request: HttpRequest, queue: str) -> HttpResponse:
         return views.act(request, self.admin_site, queue)
 
+    def schedules_view(self, request: HttpRequest) -> HttpResponse:
+        return schedule_views.schedule_list(request, self.admin_site)
+
+    def schedule_act_view(self, request: HttpRequest) -> HttpResponse:
+        return schedule_views.schedule_act(request, self.admin_site)
+
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         name = "delayqueue_delayedjob"
         return [
             path("", wrap(self.changelist_view), name=f"{name}_changelist"),
+            path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
+            path("schedules/act/", wrap(self.schedule_act_view), name=f"{name}_schedule_act"),
             path("<delayqueue_queue:queue>/actions/", wrap(self.act_view), name=f"{name}_act"),
             path(
                 "<delayqueue_queue:queue>/job/<str:job_id>/",

@@ -162,6 +162,19 @@ class QueueKeys:
         """hash: counters (dispatched, acked, failed, dead) of one minute (epoch minutes)."""
         return f"{self.base}:stats:{minute}"
 
+    @cached_property
+    def schedules(self) -> str:
+        """zset: schedule name -> its next occurrence (ms; +inf while paused)."""
+        return f"{self.base}:schedules"
+
+    @cached_property
+    def schedule_prefix(self) -> str:
+        """Schedule hashes are ``schedule_prefix + name`` (fields: ``ScheduleField``)."""
+        return f"{self.base}:schedule:"
+
+    def schedule(self, name: str) -> str:
+        return self.schedule_prefix + name
+
 
 @dataclass(frozen=True)
 class GlobalKeys:
@@ -218,6 +231,29 @@ class JobField:
     HISTORY: Final = "hist"  # JSON list of its attempts
     # not stored: a packed spec that could not be unpacked, shown as it is (packing.py)
     RAW: Final = "raw"
+
+
+class ScheduleField:
+    """The fields of a schedule's hash (``QueueKeys.schedule``; periodic jobs). The Lua
+    scripts (plan_schedule, fire, unplan_schedule) write them under these names."""
+
+    NAME: Final = "name"
+    TASK: Final = "task"  # the Celery task each occurrence runs
+    RULE: Final = "rule"  # as written: "0 6 * * *", "every 60 s"
+    CRON: Final = "cron"  # the cron line, absent for an every= rule
+    EVERY_MS: Final = "every_ms"  # the period, absent for a cron rule
+    TIMEZONE: Final = "tz"
+    FINGERPRINT: Final = "fp"  # changes when the rule, its timezone or the spec change
+    MISSED: Final = "missed"  # "once" | "all" | "skip"
+    SOURCE: Final = "src"  # "code" | "settings"
+    SPEC: Final = "spec"  # the packed spec of every occurrence (engine/packing.py)
+    NEXT: Final = "next"  # ms of the occurrence whose job is scheduled
+    JOB: Final = "job"  # that occurrence's job id
+    LAST: Final = "last"  # ms of the last occurrence that was run
+    LAST_JOB: Final = "last_job"  # its job id
+    FIRED: Final = "fired"  # occurrences run
+    MISSED_COUNT: Final = "missed_n"  # occurrences not run (every delay worker was down)
+    PAUSED: Final = "paused"  # "1" while paused
 
 
 class WorkerField:

@@ -49,6 +49,9 @@ class Scripts:
         self.purge: Script = client.register_script(load_source("purge"))
         self.pause: Script = client.register_script(load_source("pause"))
         self.resume: Script = client.register_script(load_source("resume"))
+        self.plan_schedule: Script = client.register_script(load_source("plan_schedule"))
+        self.fire: Script = client.register_script(load_source("fire"))
+        self.unplan_schedule: Script = client.register_script(load_source("unplan_schedule"))
 
     def __getitem__(self, name: str) -> Script:
         script: Script = getattr(self, name)

@@ -360,3 +360,38 @@ def failed(
             exception=exception,
             outcome=outcome,
         )
+
+
+# ---- periodic jobs (delay worker) -----------------------------------------------------------
+
+
+def tick(
+    queue: str, schedule: str, job_id: str, at_ms: int, lateness_ms: int, runs: bool, missed: int
+) -> None:
+    level = WARNING if missed else DEBUG
+    if logger.isEnabledFor(level):
+        log(
+            level,
+            "schedule %s: occurrence %s came due (%s ms late)%s",
+            (schedule, when(at_ms), lateness_ms,
+             f"; {missed} occurrences missed while no delay worker ran" if missed else ""),
+            "ticked",
+            queue,
+            job_id,
+            lateness_ms=lateness_ms,
+            schedule=schedule,
+            missed=missed,
+            runs=runs,
+        )  # fmt: skip
+    if signals.schedule_ticked.receivers:
+        send(
+            signals.schedule_ticked,
+            signals.SENDER_DELAY_WORKER,
+            queue=queue,
+            schedule=schedule,
+            job_id=job_id,
+            at_ms=at_ms,
+            lateness_ms=lateness_ms,
+            runs=runs,
+            missed=missed,
+        )

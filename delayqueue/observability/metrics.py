@@ -113,6 +113,23 @@ START_WAIT = Histogram(
     ["queue"],
     buckets=LATENESS_BUCKETS,
 )
+TICKS = Counter(
+    "delayqueue_schedule_ticks",
+    "Occurrences of periodic schedules that came due and were handed on (runs=false: "
+    "missed=skip removed them unrun)",
+    ["queue", "schedule", "runs"],
+)
+TICKS_MISSED = Counter(
+    "delayqueue_schedule_ticks_missed",
+    "Occurrences of periodic schedules that were not run (every delay worker was down)",
+    ["queue", "schedule"],
+)
+TICK_LATENESS = Histogram(
+    "delayqueue_schedule_tick_lateness_seconds",
+    "An occurrence's instant -> the delay worker moved its schedule on (Redis's clock)",
+    ["queue"],
+    buckets=LATENESS_BUCKETS,
+)
 RUN_TIME = Histogram(
     "delayqueue_run_seconds",
     "Run time of a job's task, successful or not",
@@ -209,6 +226,15 @@ def _on_requeued(*, queue: str, **_: Any) -> None:
     _requeued(queue).inc()
 
 
+def _on_ticked(
+    *, queue: str, schedule: str, lateness_ms: int, runs: bool, missed: int, **_: Any
+) -> None:
+    TICKS.labels(queue, schedule, "true" if runs else "false").inc()
+    if missed:
+        TICKS_MISSED.labels(queue, schedule).inc(missed)
+    TICK_LATENESS.labels(queue).observe(max(lateness_ms, 0) / 1000)
+
+
 _RECEIVERS: dict[Signal, Callable[..., None]] = {
     signals.job_scheduled: _on_scheduled,
     signals.job_cancelled: _on_cancelled,
@@ -220,6 +246,7 @@ _RECEIVERS: dict[Signal, Callable[..., None]] = {
     signals.job_dead: _on_dead,
     signals.job_reaped: _on_reaped,
     signals.job_requeued: _on_requeued,
+    signals.schedule_ticked: _on_ticked,
 }
 for _signal, _receiver in _RECEIVERS.items():
     _signal.connect(

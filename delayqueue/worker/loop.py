@@ -24,7 +24,7 @@ from ulid import ULID
 
 from delayqueue.celery_app import get_celery_app
 from delayqueue.conf import get_settings
-from delayqueue.engine import registry, transitions
+from delayqueue.engine import registry, schedules, transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import check_queue_name, queue_keys
 from delayqueue.engine.reads import redis_now
@@ -34,6 +34,7 @@ from delayqueue.engine.transitions import ScriptCall
 from delayqueue.engine.wake import WakeChannels, WakeLost
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.observability import reported
+from delayqueue.periodic import planner
 from delayqueue.validators import (
     check_batch_size,
     check_dispatch_ahead,
@@ -113,6 +114,8 @@ class DelayWorker:
         self.health_file = Path(health_file) if health_file is not None else None
         self._health_touched = -math.inf
         self._health_failed = False
+        # the queues that hold periodic schedules (read at each heartbeat)
+        self.schedule_queues: list[str] = []
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -120,6 +123,7 @@ class DelayWorker:
         """Loop until a signal asks to stop (or one drain with ``once``); exit code 0, or 1
         for a drain that could not reach Redis (a loop retries every second instead)."""
         self.app.loader.import_default_modules()  # every task the Celery worker knows
+        self.reconcile_schedules()
         if not once:
             self._install_signal_handlers()
         logger.info("delay worker %s starting (batch %s)", self.id, self.batch_size)
@@ -165,6 +169,21 @@ class DelayWorker:
         logger.info("delay worker %s stopped after %s dispatches", self.id, self.dispatched)
         return 0
 
+    def reconcile_schedules(self) -> planner.Reconciled | None:
+        """Plan the declared periodic schedules (delayqueue.periodic.planner.reconcile);
+        None when Redis could not be asked (the next start plans them)."""
+        try:
+            done = planner.reconcile()
+        except DelayQueueError as exc:
+            logger.error("periodic schedules not reconciled: %s", exc)
+            return None
+        if done.planned or done.removed or done.failed:
+            logger.info(
+                "periodic schedules: %s planned, %s unchanged, %s removed, %s failed",
+                len(done.planned), len(done.unchanged), len(done.removed), len(done.failed),
+            )  # fmt: skip
+        return done
+
     @staticmethod
     def _reachable() -> None:
         """Raise RedisUnavailable (or the error Redis gives) unless Redis answers."""
@@ -189,6 +208,10 @@ class DelayWorker:
     def run_pass(self) -> PassResult:
         """Reap and claim on every queue in one round trip, then dispatch what was claimed."""
         started = time.monotonic()
+        if self.schedule_queues:
+            now = redis_now()
+            for queue in self.schedule_queues:
+                planner.fire_due(queue, now, self.ahead_ms)
         plan = self._plan_pass(started)
         if not plan:
             return PassResult(wait_ms=self.safety_poll * 1000, wake_at=started + self.safety_poll)
@@ -365,6 +388,7 @@ class DelayWorker:
         try:
             with redis_errors():
                 self._refresh_queues()
+                self.schedule_queues = schedules.queues_with_schedules(self.queues)
             registry.record_heartbeat(self.id, self.queues, self.dispatched)
         except DelayQueueError as exc:
             logger.error("heartbeat failed: %s", exc)

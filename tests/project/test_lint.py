@@ -38,3 +38,25 @@ def test_import_contracts() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_every_part_of_the_package_is_bound_by_the_redis_contract() -> None:
+    """A new module or folder of delayqueue is named in the contract that only the engine
+    imports redis (else it could import redis unseen)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    [contract] = [
+        c
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c.get("forbidden_modules") == ["redis", "hiredis"]
+    ]
+    named = set(contract["source_modules"])
+    package = ROOT / "delayqueue"
+    parts = {
+        f"delayqueue.{path.stem}"
+        for path in package.iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__")
+        or (path.is_dir() and (path / "__init__.py").exists())
+    }
+    assert parts - named - {"delayqueue.django_tasks", "delayqueue.tasks_backend"} == {"delayqueue.engine"}

@@ -109,3 +109,14 @@ def durable_record(tag: str) -> None:
 def sharded(tag: str) -> None:
     """Its queue is 4 queues, sharded~0 .. sharded~3 (engine/shards.py)."""
     _report("sharded", tag)
+
+
+@delayed_task(queue="tests")
+def occurrence(tag: str) -> None:
+    """Reports the id of the job it runs as (a periodic schedule's occurrence)."""
+    from celery import current_task
+
+    from delayqueue.wire import dispatch_headers
+
+    dispatch = dispatch_headers(current_task.request)
+    _report("occurrence", f"{tag}:{dispatch[1] if dispatch else '?'}")

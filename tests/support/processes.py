@@ -63,3 +63,27 @@ class Process:
                 self.popen.wait()
         self.handle.close()
         return self.popen.returncode
+
+
+def start_celery_worker(log: Path, timeout: float = 60) -> Process:
+    """A real Celery worker (prefork, 2 processes) of the demo's app on the suite's broker,
+    once it said it is ready."""
+    import sys
+    import time
+
+    worker = Process(
+        "celery",
+        [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "info",
+         "-c", "2", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        log,
+        child_env(),
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while "ready." not in worker.output() and worker.popen.poll() is None:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if "ready." not in worker.output():
+        worker.stop()
+        raise RuntimeError(f"Celery worker did not start:\n{worker.output()}")
+    return worker

@@ -27,6 +27,7 @@ CORE_MODULES = [
     "tests/delay_worker/test_end_to_end.py",
     "tests/admin/test_admin.py",
     "tests/scheduling/test_shards.py",
+    "tests/periodic/test_schedules.py",
 ]
 # The async API on each topology; its tests of one Redis's own connection (a dropped
 # connection, a timeout, TLS) are skipped there, and say so.

@@ -8,8 +8,7 @@
 -- to 64 bytes, Redis's default hash-max-listpack-*) to stay a compact listpack instead of a
 -- hashtable: ~40 bytes less per job (docs/design.md). Scripts get the prefix dq:{Q}:specs:
 -- through KEYS (as they get the job prefix) and append the two characters, so a bucket is
--- in the queue's slot. Builds before the buckets kept every spec in the one hash
--- dq:{Q}:specs: only claim.lua still reads it, for a job whose spec it finds nowhere else.
+-- in the queue's slot.
 -- The spec is six fields joined by "\n":
 --   task, args JSON, kwargs JSON or "", max attempts or "", visibility ms or "", dedupe key
 -- Compact JSON holds no raw newline and task names are checked for one, so only the key,

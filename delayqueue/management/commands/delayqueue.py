@@ -14,8 +14,10 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from delayqueue.cli import FAILED, USAGE, acts, render, status
+from delayqueue.cli import schedules as schedule_cli
 from delayqueue.engine.keys import check_job_id
 from delayqueue.errors import DelayQueueError, InvalidJobId, InvalidQueueName
+from delayqueue.services import schedules as schedules_service
 
 
 def _seconds(value: str) -> float:
@@ -100,6 +102,14 @@ class Command(BaseCommand):
         p.add_argument("queue", metavar="QUEUE")
         self._yes(p)
 
+        p = actions.add_parser("schedules", help="periodic schedules: list, pause, resume, run-now")
+        p.add_argument(
+            "verb", nargs="?", default="list", choices=["list", "pause", "resume", "run-now"]
+        )
+        p.add_argument("name", nargs="?", metavar="NAME", help="the schedule (not for list)")
+        p.add_argument("--json", action="store_true", help="list: print JSON")
+        self._yes(p)
+
     @staticmethod
     def _yes(parser: CommandParser) -> None:
         parser.add_argument("--yes", "-y", action="store_true", help="do not ask to confirm")
@@ -114,6 +124,8 @@ class Command(BaseCommand):
                 self.show(options["job"], options["queue"], as_json=options["json"])
             elif action == "health":
                 self.health(options)
+            elif action == "schedules":
+                self.schedules(options)
             else:
                 self.act(self.plan(action, options), yes=options["yes"])
         except acts.Refused as exc:
@@ -205,6 +217,27 @@ class Command(BaseCommand):
                 f"queue {q.name}: {p}" for q in verdict.queues for p in q.problems
             ]
             raise CommandError("unhealthy: " + "; ".join(problems), returncode=FAILED)
+
+    def schedules(self, options: dict[str, Any]) -> None:
+        verb, name = options["verb"], options["name"]
+        if verb == "list":
+            if name:
+                raise CommandError("schedules list takes no NAME", returncode=USAGE)
+            views = schedules_service.all_schedules()
+            if options["json"]:
+                self.stdout.write(json.dumps([schedule_cli.as_json(v) for v in views], indent=2))
+            else:
+                for line in schedule_cli.lines(views):
+                    self.stdout.write(line)
+            return
+        if not name:
+            raise CommandError(f"schedules {verb} needs the schedule's NAME", returncode=USAGE)
+        if verb != "resume" and not options["yes"]:
+            self.confirm(f"{verb} schedule {name}?")
+        done, said = schedule_cli.act(verb, name)
+        if not done:
+            raise CommandError(said, returncode=FAILED)
+        self.stdout.write(said)
 
     # ---- acting ------------------------------------------------------------------------
 

@@ -1,0 +1,29 @@
+-- Provides write_occurrence() and drop_occurrence(): the one scheduled job a schedule keeps
+-- for its next occurrence (periodic jobs: delayqueue/periodic/).
+-- An occurrence is an ordinary never-claimed job: its packed spec (the schedule's, the same
+-- for every occurrence) in its specs bucket, its id scored in the scheduled zset. Its id is
+-- the schedule's and the instant's (periodic/identity.py): writing it twice writes it once.
+-- #include _spec.lua
+-- #include _wake.lua
+
+-- Writes occurrence `id` of packed spec `spec`, due at `due`, unless a job of that id has
+-- a hash already (it was claimed: that occurrence ran or is running). `sched` is the
+-- scheduled zset, `specs` the specs bucket prefix, `jobs` the job hash prefix. Wakes the
+-- workers when it is the new head and due within `horizon` ms of `now`.
+local function write_occurrence(sched, specs, jobs, id, spec, due, channel, now, horizon)
+  if redis.call('EXISTS', jobs .. id) == 1 then return false end
+  redis.call('HSET', spec_bucket(specs, id), id, spec)
+  redis.call('ZADD', sched, due, id)
+  if due < now + horizon then wake_if_head(sched, id, due, channel) end
+  return true
+end
+
+-- Removes occurrence `id` when it is still scheduled and was never claimed (no hash): the
+-- run it stood for will not happen. True when it was removed.
+local function drop_occurrence(sched, specs, jobs, id)
+  if not id or id == '' then return false end
+  if redis.call('EXISTS', jobs .. id) == 1 then return false end
+  if redis.call('ZREM', sched, id) == 0 then return false end
+  redis.pcall('HDEL', spec_bucket(specs, id), id)
+  return true
+end

@@ -1,0 +1,44 @@
+-- plan_schedule: (none | planned | paused | changed) -> planned. Writes a schedule's record
+-- and the job of its next occurrence; the occurrence it planned before, when it is another
+-- and was never claimed, is removed (a changed rule or spec re-plans without a second run
+-- of the occurrence that is running now: that one has a hash and stays).
+-- KEYS[1] schedules zset                dq:{Q}:schedules (name -> next occurrence ms)
+-- KEYS[2] the schedule's hash           dq:{Q}:schedule:<name>
+-- KEYS[3] scheduled zset                dq:{Q}:scheduled
+-- KEYS[4] specs bucket prefix           dq:{Q}:specs:
+-- KEYS[5] job hash prefix               dq:{Q}:job:
+-- ARGV[1] the schedule's name
+-- ARGV[2] next occurrence ms
+-- ARGV[3] its job id
+-- ARGV[4] the packed spec of every occurrence
+-- ARGV[5] wake channel
+-- ARGV[6] wake horizon ms
+-- ARGV[7..] the record's fields, name then value (rule, timezone, fingerprint, ...)
+-- Returns {"planned", the occurrence it replaced or ""}.
+-- #include _now.lua
+-- #include _types.lua
+-- #include _bounds.lua
+-- #include _occurrence.lua
+local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset'})
+if bad then return bad end
+local due = number_in(ARGV[2], MIN_TIME_MS, MAX_TIME_MS)
+if not due or not is_spec(ARGV[4]) or (#ARGV - 6) % 2 ~= 0 then
+  return redis.error_reply('ERR plan_schedule: a bad due time, spec or field list')
+end
+local old = redis.call('HGET', KEYS[2], 'job')
+local replaced = ''
+if old and old ~= ARGV[3] and drop_occurrence(KEYS[3], KEYS[4], KEYS[5], old) then
+  replaced = old
+end
+if old == ARGV[3] and redis.call('EXISTS', KEYS[5] .. old) == 0 then
+  -- The same occurrence, planned again (a changed spec at the same instant): its new spec.
+  redis.call('HSET', spec_bucket(KEYS[4], old), old, ARGV[4])
+end
+local fields = {'next', due, 'job', ARGV[3], 'spec', ARGV[4], 'name', ARGV[1]}
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('HDEL', KEYS[2], 'paused')
+write_occurrence(KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4], due, ARGV[5], now_ms(),
+                 tonumber(ARGV[6]) or 0)
+redis.call('ZADD', KEYS[1], due, ARGV[1])
+return {'planned', replaced}

@@ -1,0 +1,166 @@
+"""Periodic jobs' data: one typed call per schedule script (plan_schedule, fire,
+unplan_schedule) and the reads of a queue's schedules. What a schedule is and when it fires
+is ``delayqueue.periodic``; this module only knows where it is kept and how it moves.
+
+A schedule lives in its queue's slot: the hash ``schedule:<name>`` (``keys.ScheduleField``)
+and its entry in the queue's ``schedules`` zset, scored with its next occurrence. The next
+occurrence is always written as an ordinary scheduled job, so the delay worker claims it
+at its due time as any other job."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from delayqueue.engine.clients import get_raw_redis
+from delayqueue.engine.keys import QueueKeys, ScheduleField, queue_keys
+from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.transitions import ScriptCall
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def _keys(keys: QueueKeys, name: str) -> list[str]:
+    return [keys.schedules, keys.schedule(name), keys.scheduled, keys.spec_prefix, keys.job_prefix]
+
+
+def plan(
+    keys: QueueKeys,
+    name: str,
+    *,
+    next_ms: int,
+    job_id: str,
+    spec: str,
+    wake_horizon_ms: int,
+    fields: Mapping[str, str],
+) -> ScriptCall[str]:
+    """Write the schedule's record and its next occurrence's job; the reply is the id of the
+    occurrence it replaced ("" when none)."""
+    argv: list[Any] = [name, next_ms, job_id, spec, keys.wake, wake_horizon_ms]
+    for field, value in fields.items():
+        argv += [field, value]
+    return ScriptCall(
+        "plan_schedule",
+        _keys(keys, name),
+        argv,
+        lambda reply: _text(reply[1]),
+        resend_safe=True,  # the same record and the same occurrence id: written once
+    )
+
+
+class Fired(NamedTuple):
+    fired: bool  # False: another worker moved it first, it is paused, or it is gone
+    job_id: str  # the occurrence that came due
+    runs: bool  # False when missed="skip" removed it unrun
+
+
+def fire(
+    keys: QueueKeys,
+    name: str,
+    *,
+    seen_ms: int,
+    next_ms: int,
+    job_id: str,
+    missed: int,
+    skip: bool,
+    wake_horizon_ms: int,
+) -> ScriptCall[Fired]:
+    """Move the schedule from the occurrence at ``seen_ms`` to the one at ``next_ms``
+    (job ``job_id``), if it is still at ``seen_ms``."""
+
+    def parse(reply: Any) -> Fired:
+        if _text(reply[0]) != "fired":
+            return Fired(False, "", False)
+        return Fired(True, _text(reply[1]), int(reply[2]) == 1)
+
+    return ScriptCall(
+        "fire",
+        _keys(keys, name),
+        [
+            name,
+            seen_ms,
+            next_ms,
+            job_id,
+            missed,
+            "skip" if skip else "",
+            keys.wake,
+            wake_horizon_ms,
+        ],  # fmt: skip
+        parse,
+    )
+
+
+def unplan(keys: QueueKeys, name: str, mode: Literal["pause", "remove"]) -> ScriptCall[bool]:
+    """Pause the schedule (its record stays) or remove it; its unclaimed occurrence goes."""
+    return ScriptCall("unplan_schedule", _keys(keys, name), [name, mode], lambda r: int(r) == 1)
+
+
+# ---- reads -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredSchedule:
+    queue: str
+    name: str
+    next_ms: int | None  # None while paused
+    fields: dict[str, str]
+
+    def get(self, field: str) -> str | None:
+        return self.fields.get(field)
+
+    @property
+    def paused(self) -> bool:
+        return self.fields.get(ScheduleField.PAUSED) == "1"
+
+
+def _scored(found: Any) -> list[tuple[str, float]]:
+    return [(_text(member), float(score)) for member, score in found]
+
+
+def due(queue: str, now_ms: int) -> list[tuple[str, int]]:
+    """The queue's schedules whose next occurrence is at or before ``now_ms``: (name, ms)."""
+    with redis_errors():
+        found = get_raw_redis().zrangebyscore(
+            queue_keys(queue).schedules, "-inf", now_ms, withscores=True
+        )
+    return [(name, int(score)) for name, score in _scored(found)]
+
+
+def stored(queue: str, name: str | None = None) -> list[StoredSchedule]:
+    """The queue's schedules (or the one named), with their records, by next occurrence. A
+    record that is not a hash reads as empty (the planner then cannot fire it, and says so)."""
+    keys = queue_keys(queue)
+    with redis_errors():
+        client = get_raw_redis()
+        entries: list[tuple[str, float]]
+        if name is not None:
+            score = client.zscore(keys.schedules, name)
+            entries = [] if score is None else [(name, float(score))]
+        else:
+            entries = _scored(client.zrange(keys.schedules, 0, -1, withscores=True))
+        pipe = client.pipeline(transaction=False)
+        for entry_name, _ in entries:
+            pipe.hgetall(keys.schedule(entry_name))
+        records = pipe.execute(raise_on_error=False) if entries else []
+    result = []
+    for (entry_name, score), record in zip(entries, records, strict=True):
+        fields = {_text(k): _text(v) for k, v in record.items()} if isinstance(record, dict) else {}
+        next_ms = None if math.isinf(score) else int(score)
+        result.append(StoredSchedule(queue, entry_name, next_ms, fields))
+    return result
+
+
+def queues_with_schedules(queues: list[str]) -> list[str]:
+    """Those of ``queues`` that hold at least one schedule."""
+    if not queues:
+        return []
+    with redis_errors():
+        pipe = get_raw_redis().pipeline(transaction=False)
+        for queue in queues:
+            pipe.zcard(queue_keys(queue).schedules)
+        counts = pipe.execute(raise_on_error=False)
+    return [q for q, n in zip(queues, counts, strict=True) if isinstance(n, int) and n > 0]

@@ -1,0 +1,228 @@
+"""What a delay worker does for periodic jobs: reconcile Redis with the declared schedules
+when it starts, and move each schedule on to its next occurrence when the current one comes
+due (``fire_due``, every pass, for the queues that hold schedules).
+
+Every step is one script that checks what it was based on (the schedule's next occurrence
+as read): any number of delay workers may take it at once and one of them moves it; a
+worker killed anywhere leaves it for the next pass of any other. The occurrences are
+ordinary jobs with ids made of the schedule's name and the instant (``identity``), so a
+step that is run twice writes nothing twice."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from delayqueue.conf import WAKE_HORIZON_MS
+from delayqueue.engine import schedules
+from delayqueue.engine.clients import remember_queue
+from delayqueue.engine.execution import run
+from delayqueue.engine.keys import ScheduleField, queue_keys
+from delayqueue.engine.reads import redis_now
+from delayqueue.engine.registry import queue_names
+from delayqueue.engine.transitions import ScriptCall
+from delayqueue.errors import DelayQueueError, RedisUnavailable
+from delayqueue.observability import events
+from delayqueue.periodic import registry
+from delayqueue.periodic.identity import occurrence_id
+from delayqueue.periodic.rules import Rule, missed_between, parse_rule
+
+logger = logging.getLogger(__name__)
+
+# missed="all": at most this many occurrences that came while every worker was down are
+# run; the earlier ones are counted as missed.
+MISSED_ALL_LIMIT = 100
+# missed="skip": an occurrence found due later than this (or than its period, if shorter)
+# is not run.
+SKIP_AFTER_MS = 60_000
+
+
+def rule_of(record: dict[str, str]) -> Rule:
+    """The rule a schedule's record holds (any process can fire any schedule)."""
+    every = record.get(ScheduleField.EVERY_MS)
+    return _rule(record.get(ScheduleField.CRON), every, record.get(ScheduleField.TIMEZONE))
+
+
+_rules: dict[tuple[str | None, str | None, str | None], Rule] = {}
+
+
+def _rule(cron: str | None, every_ms: str | None, timezone: str | None) -> Rule:
+    found = _rules.get((cron, every_ms, timezone))
+    if found is None:
+        every = timedelta(milliseconds=int(every_ms)) if every_ms else None
+        found = parse_rule(cron=cron or None, every=every, timezone=timezone)
+        if len(_rules) < 10_000:
+            _rules[(cron, every_ms, timezone)] = found
+    return found
+
+
+def fingerprint(declared: registry.Declared, rule: Rule, spec: str) -> str:
+    """Changes when the rule, its timezone, the missed policy or the occurrences' spec do."""
+    text = "\n".join([rule.fingerprint(), declared.missed, spec])
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass
+class Reconciled:
+    planned: list[str] = field(default_factory=list)  # created or re-planned
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # name -> why
+
+
+def reconcile() -> Reconciled:
+    """Upsert every declared schedule by name, and remove the schedules Redis holds that are
+    declared no more. A schedule whose rule, missed policy and spec are unchanged is left as
+    it is (paused stays paused); a changed one is re-planned from its last run or now,
+    whichever is later, so the occurrence that is running is not run twice."""
+    result = Reconciled()
+    now = redis_now()
+    planned: list[tuple[registry.Declared, str, str, Rule]] = []
+    names: set[str] = set()
+    for item in registry.declared():
+        if item.name in names:
+            result.failed[item.name] = "declared twice (delayqueue.E020)"
+            continue
+        names.add(item.name)
+        try:
+            queue, spec = item.build()
+            every = str(item.every_ms) if item.every_ms else None
+            planned.append((item, queue, spec, _rule(item.cron, every, item.timezone)))
+        except RedisUnavailable:
+            raise
+        except DelayQueueError as exc:
+            result.failed[item.name] = str(exc)
+            logger.error("schedule %s cannot be planned: %s", item.name, exc)
+    known = sorted(set(queue_names().names) | {queue for _, queue, _, _ in planned})
+    stored: dict[str, list[schedules.StoredSchedule]] = {}
+    for queue in known:
+        for found in schedules.stored(queue):
+            stored.setdefault(found.name, []).append(found)
+    for item, queue, spec, rule in planned:
+        _upsert(item, queue, spec, rule, now, stored.pop(item.name, []), result)
+    for name, gone in stored.items():
+        if name in result.failed:  # declared, but not plannable now: left as it is
+            continue
+        for found in gone:
+            run(schedules.unplan(queue_keys(found.queue), name, "remove"))
+            result.removed.append(name)
+            logger.warning("schedule %s on %s is declared no more: removed", name, found.queue)
+    return result
+
+
+def _upsert(
+    item: registry.Declared,
+    queue: str,
+    spec: str,
+    rule: Rule,
+    now: int,
+    found: list[schedules.StoredSchedule],
+    result: Reconciled,
+) -> None:
+    print_ = fingerprint(item, rule, spec)
+    for stored in found:
+        if stored.queue != queue:  # moved to another queue: the old one goes
+            run(schedules.unplan(queue_keys(stored.queue), item.name, "remove"))
+    current = next((s for s in found if s.queue == queue), None)
+    if current is not None and current.get(ScheduleField.FINGERPRINT) == print_:
+        if current.paused or current.get(ScheduleField.JOB):
+            result.unchanged.append(item.name)
+            return
+    last = int(current.get(ScheduleField.LAST) or 0) if current is not None else 0
+    next_ms = rule.next_after(max(now, last))
+    remember_queue(queue)
+    fields = {
+        ScheduleField.TASK: item.task,
+        ScheduleField.RULE: rule.written,
+        ScheduleField.CRON: item.cron or "",
+        ScheduleField.EVERY_MS: str(item.every_ms or ""),
+        ScheduleField.TIMEZONE: rule.timezone,
+        ScheduleField.FINGERPRINT: print_,
+        ScheduleField.MISSED: item.missed,
+        ScheduleField.SOURCE: item.source,
+    }
+    run(plan_call(queue, item.name, next_ms, spec, fields))
+    if current is not None and current.paused:  # a changed paused schedule stays paused
+        run(schedules.unplan(queue_keys(queue), item.name, "pause"))
+    result.planned.append(item.name)
+
+
+def plan_call(
+    queue: str, name: str, next_ms: int, spec: str, fields: dict[str, str]
+) -> ScriptCall[str]:
+    return schedules.plan(
+        queue_keys(queue),
+        name,
+        next_ms=next_ms,
+        job_id=occurrence_id(name, next_ms),
+        spec=spec,
+        wake_horizon_ms=WAKE_HORIZON_MS,
+        fields=fields,
+    )
+
+
+@dataclass(frozen=True)
+class Tick:
+    queue: str
+    name: str
+    at_ms: int  # the occurrence that came due
+    job_id: str
+    runs: bool
+    missed: int  # occurrences counted as missed in this step
+    lateness_ms: int  # now - at_ms when the step ran
+
+
+def fire_due(queue: str, now_ms: int | None = None, ahead_ms: int = 0) -> list[Tick]:
+    """Move every schedule of ``queue`` whose occurrence has come due on to its next one;
+    the ticks this worker moved (another worker may have moved some first). ``ahead_ms``:
+    the delay worker's DISPATCH_AHEAD, as its claim takes a job due that much later in the
+    same pass: the occurrence it takes has come due for its schedule too."""
+    now = redis_now() if now_ms is None else now_ms
+    ticks = []
+    for name, seen in schedules.due(queue, now + ahead_ms):
+        try:
+            tick = _fire(queue, name, seen, now)
+        except RedisUnavailable:
+            raise
+        except (DelayQueueError, ValueError) as exc:  # a record another build wrote badly
+            logger.error("schedule %s on %s cannot move on: %s", name, queue, exc)
+            continue
+        if tick is not None:
+            ticks.append(tick)
+            events.tick(queue, name, tick.job_id, tick.at_ms, tick.lateness_ms, tick.runs,
+                        tick.missed)  # fmt: skip
+    return ticks
+
+
+def _fire(queue: str, name: str, seen: int, now: int) -> Tick | None:
+    found = schedules.stored(queue, name)
+    if not found or found[0].next_ms != seen:
+        return None
+    stored = found[0]
+    rule = rule_of(stored.fields)
+    policy = stored.get(ScheduleField.MISSED) or "once"
+    following = rule.next_after(seen)
+    missed = 0
+    skip = policy == "skip" and now - seen > min(SKIP_AFTER_MS, following - seen)
+    if following <= now:  # occurrences came and went while no worker moved this one
+        latest, total = missed_between(rule, seen, now, MISSED_ALL_LIMIT)
+        if policy == "all":
+            following, missed = latest[0], total - len(latest)
+        else:
+            following, missed = rule.next_after(now), total
+    call = schedules.fire(
+        queue_keys(queue),
+        name,
+        seen_ms=seen,
+        next_ms=following,
+        job_id=occurrence_id(name, following),
+        missed=missed,
+        skip=skip,
+        wake_horizon_ms=WAKE_HORIZON_MS,
+    )
+    fired = run(call)
+    if not fired.fired:
+        return None
+    return Tick(queue, name, seen, fired.job_id, fired.runs, missed + (not fired.runs), now - seen)
