@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.utils import dateformat, timezone
 
 import delayqueue
+from delayqueue.engine.keys import queue_keys
 from orders_demo.models import Order, Product
 from orders_demo.views import close_job_key
 from tests.conftest import wait_for
@@ -117,6 +118,9 @@ def test_run_demo_closes_an_unpaid_order_and_stops_cleanly(
         demo_redis = redis.Redis(port=redis_port, db=5)
         assert demo_redis.ping()
         assert demo_redis.dbsize() > 0  # the demo's keys are in the database it named
+        # its periodic report (DELAYQUEUE["SCHEDULES"]) was planned by its delay worker
+        schedules = queue_keys("orders").schedules
+        assert demo_redis.zscore(schedules, "overdue-orders-report") is not None
     finally:
         code = stop_demo(demo)
     output = demo_output(tmp_path)
