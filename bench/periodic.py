@@ -34,7 +34,7 @@ def _ticks(env: BenchEnv) -> list[tuple[str, float]]:
 
     found = []
     for raw in env.client().lrange(TICKS, 0, -1):
-        job_id, started = raw.split()
+        job_id, started = str(raw).split()
         found.append((job_id, float(started)))
     return found
 
@@ -121,9 +121,8 @@ def _many(env: BenchEnv, count: int) -> list[Figure]:
     per_schedule = (env.used_memory() - before) / count
     # The minute every schedule is at once all are planned (those planned before a minute
     # boundary fired at it and moved on to this one).
-    minute_ms = int(
-        max(score for _, score in env.client().zrange(schedules_key, 0, -1, withscores=True))
-    )
+    planned = env.client().zrange(schedules_key, 0, -1, withscores=True)
+    minute_ms = int(max(float(entry[1]) for entry in planned))
     while time.time() * 1000 < minute_ms + 1000:
         time.sleep(0.2)
     deadline = time.time() + 120

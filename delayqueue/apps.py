@@ -12,4 +12,5 @@ class DelayQueueConfig(AppConfig):
         # them to each app). The periodic schedules of DELAYQUEUE["SCHEDULES"] are read
         # through delayqueue.periodic.declare.
         from delayqueue import checks, tasks  # noqa: F401
+        from delayqueue.django_tasks import run  # noqa: F401 (the Django Tasks backend's)
         from delayqueue.periodic import declare  # noqa: F401

@@ -175,6 +175,12 @@ class QueueKeys:
     def schedule(self, name: str) -> str:
         return self.schedule_prefix + name
 
+    def task_result(self, job_id: str) -> str:
+        """hash: the Django Tasks result of job ``job_id`` (fields: ``TaskResultField``),
+        written by the job's run on the Celery side and kept RESULT_TTL seconds after its
+        last write (engine/task_results.py)."""
+        return f"{self.base}:result:{job_id}"
+
 
 @dataclass(frozen=True)
 class GlobalKeys:
@@ -254,6 +260,26 @@ class ScheduleField:
     FIRED: Final = "fired"  # occurrences run
     MISSED_COUNT: Final = "missed_n"  # occurrences not run (every delay worker was down)
     PAUSED: Final = "paused"  # "1" while paused
+
+
+class TaskResultField:
+    """The fields of a Django Tasks result's hash (``QueueKeys.task_result``), written by
+    ``delayqueue.run_django_task`` (delayqueue/django_tasks/run.py). Times are epoch ms;
+    what is not a time or a name is JSON."""
+
+    TASK: Final = "task"  # the Django task's module path
+    ARGS: Final = "args"  # JSON list
+    KWARGS: Final = "kwargs"  # JSON object
+    BACKEND: Final = "backend"  # the TASKS alias it was enqueued through
+    PRIORITY: Final = "prio"
+    STATUS: Final = "status"  # RUNNING, SUCCESSFUL or FAILED: what attempt ATTEMPT did
+    ATTEMPT: Final = "att"  # the job's attempt (JobField.ATTEMPTS) that wrote STATUS
+    STARTED: Final = "started"  # its first attempt's start
+    LAST_ATTEMPT: Final = "last"  # its last attempt's start
+    FINISHED: Final = "finished"  # when the attempt of STATUS ended
+    WORKERS: Final = "workers"  # JSON list: the Celery worker of each attempt
+    ERRORS: Final = "errors"  # JSON list of [exception class path, traceback]
+    RETURN: Final = "ret"  # JSON of the return value
 
 
 class WorkerField:

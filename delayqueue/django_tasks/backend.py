@@ -1,0 +1,211 @@
+"""``DelayQueueBackend``: Django's Tasks framework on delayqueue.
+
+``Task.enqueue()`` writes an ordinary delayqueue job of ``delayqueue.run_django_task``
+(run.py): ``run_after`` is its due time (none: due now), ``queue_name`` its queue, and the
+result's id is the job's id, so ``delayqueue.cancel(queue, result.id)``, reschedule, the
+admin, the command line and the metrics all work on it. ``get_result`` reads the job's
+state and its results hash (results.py). docs/tasks-backend.md says how to set it up."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+import delayqueue
+from delayqueue.conf import get_settings
+from delayqueue.django_tasks import results
+from delayqueue.django_tasks.compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
+from delayqueue.django_tasks.job_args import (
+    BACKEND,
+    BACKOFF,
+    DEFAULT_BACKEND,
+    DEFAULT_RESULT_TTL,
+    PRIORITY,
+    RESULT_TTL,
+    RUN_DJANGO_TASK,
+)
+from delayqueue.engine.keys import JOB_ID, check_queue_name
+from delayqueue.engine.shards import shard_names
+from delayqueue.engine.task_results import astored_task_result, stored_task_result
+from delayqueue.errors import InvalidOption, InvalidQueueName
+from delayqueue.producer.job_spec import Job
+from delayqueue.validators import (
+    check_backoff,
+    check_flag,
+    check_max_attempts,
+    check_positive_int,
+    check_visibility_timeout,
+)
+from delayqueue.wire import encode_args
+
+MAX_RESULT_TTL = 365 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """A backend's ``OPTIONS``, checked."""
+
+    on_commit: bool = True  # ON_COMMIT: inside atomic(), write the job at commit, never on rollback
+    result_ttl: int = (
+        DEFAULT_RESULT_TTL  # RESULT_TTL: seconds a result is kept after its last write
+    )
+    max_attempts: int | None = None  # MAX_ATTEMPTS (None: DELAYQUEUE["MAX_ATTEMPTS"])
+    backoff: float | None = None  # BACKOFF: base seconds (None: DELAYQUEUE["BACKOFF_BASE"])
+    visibility_timeout: float | None = None  # VISIBILITY_TIMEOUT seconds (None: the worker's)
+
+    @classmethod
+    def parse(cls, alias: str, options: Mapping[str, Any]) -> BackendOptions:
+        known = {
+            "ON_COMMIT": lambda v: check_flag(v, "ON_COMMIT"),
+            "RESULT_TTL": lambda v: check_positive_int(v, "RESULT_TTL", maximum=MAX_RESULT_TTL),
+            "MAX_ATTEMPTS": lambda v: check_max_attempts(v, "MAX_ATTEMPTS"),
+            "BACKOFF": lambda v: check_backoff(v, "BACKOFF"),
+            "VISIBILITY_TIMEOUT": lambda v: check_visibility_timeout(v, "VISIBILITY_TIMEOUT"),
+        }
+        where = f"TASKS[{alias!r}]['OPTIONS']"
+        if not isinstance(options, Mapping):
+            raise InvalidTaskBackend(f"{where} must be a dict, not {type(options).__name__}")
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise InvalidTaskBackend(
+                f"{where} has unknown options {unknown}; known: {sorted(known)}"
+            )
+        try:
+            checked: dict[str, Any] = {name: known[name](v) for name, v in options.items()}
+        except InvalidOption as exc:
+            raise InvalidTaskBackend(f"{where}: {exc}") from None
+        backoff = checked.get("BACKOFF")
+        if callable(backoff):
+            raise InvalidTaskBackend(f"{where}: BACKOFF must be seconds (it travels with each job)")
+        return cls(
+            on_commit=checked.get("ON_COMMIT", True),
+            result_ttl=checked.get("RESULT_TTL", DEFAULT_RESULT_TTL),
+            max_attempts=checked.get("MAX_ATTEMPTS"),
+            backoff=backoff,
+            visibility_timeout=checked.get("VISIBILITY_TIMEOUT"),
+        )
+
+
+class DelayQueueBackend(BaseTaskBackend):
+    """Django's Tasks on delayqueue: deferred (``run_after``), async tasks, results from any
+    process, priorities (kept with the job and its result: docs/tasks-backend.md)."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.config = BackendOptions.parse(alias, self.options)
+        for queue in sorted(self.queues):
+            try:
+                check_queue_name(queue)
+            except InvalidQueueName as exc:
+                raise InvalidTaskBackend(f"TASKS[{alias!r}]['QUEUES']: {exc}") from None
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        """Django's checks, then delayqueue's queue name rule."""
+        super().validate_task(task)
+        try:
+            check_queue_name(task.queue_name)
+        except InvalidQueueName as exc:
+            raise InvalidTask(str(exc)) from None
+
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        self.validate_task(task)
+        job = delayqueue.enqueue(RUN_DJANGO_TASK, **self._job_call(task, args, kwargs))
+        return self._enqueued(task, job, args, kwargs)
+
+    async def aenqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        self.validate_task(task)
+        job = await delayqueue.aenqueue(RUN_DJANGO_TASK, **self._job_call(task, args, kwargs))
+        return self._enqueued(task, job, args, kwargs)
+
+    def get_result(self, result_id: str) -> TaskResult[Any]:
+        queues = self._result_queues(result_id)
+        stored = stored_task_result(queues, result_id)
+        if stored is None:
+            raise TaskResultDoesNotExist(result_id)
+        return results.from_stored(stored, result_id)
+
+    async def aget_result(self, result_id: str) -> TaskResult[Any]:
+        queues = self._result_queues(result_id)
+        stored = await astored_task_result(queues, result_id)
+        if stored is None:
+            raise TaskResultDoesNotExist(result_id)
+        return results.from_stored(stored, result_id)
+
+    # ----
+
+    def _job_call(self, task: Task[Any, Any], args: Any, kwargs: Any) -> dict[str, Any]:
+        """delayqueue.enqueue's arguments for a job of ``task``. The task's own arguments are
+        checked first, alone, so an error names them as the caller wrote them."""
+        encode_args(args, kwargs, get_settings().max_payload_bytes)
+        options: dict[str, Any] = {}
+        if self.alias != DEFAULT_BACKEND:
+            options[BACKEND] = self.alias
+        if task.priority:
+            options[PRIORITY] = task.priority
+        if self.config.result_ttl != DEFAULT_RESULT_TTL:
+            options[RESULT_TTL] = self.config.result_ttl
+        if self.config.backoff is not None:
+            options[BACKOFF] = self.config.backoff
+        return {
+            "args": [task.module_path, list(args), dict(kwargs)],
+            "kwargs": options,
+            "queue": task.queue_name,
+            "max_attempts": self.config.max_attempts,
+            "visibility_timeout": self.config.visibility_timeout,
+            "on_commit": self.config.on_commit,
+            **_due(task.run_after),
+        }
+
+    def _enqueued(self, task: Task[Any, Any], job: Job, args: Any, kwargs: Any) -> TaskResult[Any]:
+        """The READY result of a job just written (or to be written at commit), and
+        ``task_enqueued``, sent once the job is in Redis: at commit when it waits for one,
+        never on rollback."""
+        result = results.make_result(
+            task, job.id, list(args), dict(kwargs), self.alias, TaskResultStatus.READY,
+            results.History(),
+        )  # fmt: skip
+
+        def send() -> None:
+            task_enqueued.send(type(self), task_result=result)
+
+        if job.state == "pending":
+            transaction.on_commit(send)
+        else:
+            send()
+        return result
+
+    def _result_queues(self, result_id: str) -> list[str]:
+        """The queues a result of this backend may be in (shards included); empty: every
+        queue delayqueue knows. TaskResultDoesNotExist for what is no job id."""
+        if not isinstance(result_id, str) or not JOB_ID.fullmatch(result_id):
+            raise TaskResultDoesNotExist(result_id)
+        return [shard for queue in sorted(self.queues) for shard in shard_names(queue)]
+
+
+def _due(run_after: datetime | None) -> dict[str, Any]:
+    """delayqueue's due time for ``run_after``: its millisecond, rounded up, so the job
+    never runs before it (delayqueue rounds an eta down to its millisecond; the half
+    millisecond added keeps float rounding from taking it below)."""
+    if run_after is None:
+        return {"delay": 0}
+    whole_ms = math.ceil(run_after.microsecond / 1000) * 1000
+    return {"eta": run_after.replace(microsecond=0) + timedelta(microseconds=whole_ms + 500)}

@@ -1,0 +1,258 @@
+"""A Django ``TaskResult`` from what Redis holds about a job (``engine/task_results.py``):
+delayqueue's own state of the job, and the results hash its runs write.
+
+Status, by the job's state in delayqueue and what its last run recorded:
+
+- scheduled (never run, or waiting for a retry): READY;
+- in flight: RUNNING when its current attempt has started, READY while it is dispatched
+  and not started yet;
+- dead: FAILED (``finished_at``: when it died);
+- gone from delayqueue (acked, or purged from dead): what its last run recorded,
+  SUCCESSFUL, else FAILED; nothing recorded (cancelled before it ran, or the result
+  expired): ``TaskResultDoesNotExist``.
+
+Data in Redis that is not what delayqueue writes never raises anything else: a field that
+cannot be read is left out (and logged); a job whose task cannot be found is
+``TaskResultDoesNotExist``, with the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from delayqueue.django_tasks.compat import (
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+)
+from delayqueue.django_tasks.job_args import (
+    BACKEND,
+    DEFAULT_BACKEND,
+    DEFAULT_PRIORITY,
+    PRIORITY,
+    RUN_DJANGO_TASK,
+)
+from delayqueue.engine.keys import JobField, TaskResultField
+from delayqueue.engine.shards import logical
+from delayqueue.engine.task_results import StoredTaskResult
+from delayqueue.errors import CorruptJob
+from delayqueue.wire import decode_args
+
+logger = logging.getLogger("delayqueue.django_tasks")
+
+MAX_KEPT = 20  # worker ids and errors a result keeps: the last attempts'
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+@dataclass
+class History:
+    """What a job's runs recorded: its workers and errors, one per attempt, and times."""
+
+    workers: list[str] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    started_at: datetime | None = None
+    last_attempted_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def of(cls, stored: dict[str, str]) -> History:
+        workers = _json(stored, TaskResultField.WORKERS, [])
+        errors = _json(stored, TaskResultField.ERRORS, [])
+        return cls(
+            workers=[w for w in workers if isinstance(w, str)] if isinstance(workers, list) else [],
+            errors=[
+                (str(e[0]), str(e[1]))
+                for e in (errors if isinstance(errors, list) else [])
+                if isinstance(e, list) and len(e) == 2
+            ],
+            started_at=_time(stored, TaskResultField.STARTED),
+            last_attempted_at=_time(stored, TaskResultField.LAST_ATTEMPT),
+            finished_at=_time(stored, TaskResultField.FINISHED),
+        )
+
+    def fields(self) -> dict[str, str]:
+        """The results hash's fields of the workers, errors, start and last start."""
+        fields = {
+            TaskResultField.WORKERS: json.dumps(self.workers),
+            TaskResultField.ERRORS: json.dumps([list(e) for e in self.errors]),
+        }
+        if self.started_at is not None:
+            fields[TaskResultField.STARTED] = str(to_ms(self.started_at))
+        if self.last_attempted_at is not None:
+            fields[TaskResultField.LAST_ATTEMPT] = str(to_ms(self.last_attempted_at))
+        return fields
+
+
+def to_ms(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
+def from_ms(ms: float) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def id_time(job_id: str) -> datetime | None:
+    """When a job id was made (a ULID's first 10 characters are its epoch ms): the
+    ``enqueued_at`` of a Django task's result."""
+    ms = 0
+    for char in job_id[:10]:
+        digit = _CROCKFORD.find(char)
+        if digit < 0:
+            return None
+        ms = ms * 32 + digit
+    return from_ms(ms)
+
+
+def import_task(path: str) -> Task[Any, Any]:
+    """The Django task at ``path`` (a module-level ``@task``), or ImportError / TypeError."""
+    found = import_string(path)
+    if not isinstance(found, Task):
+        raise TypeError(f"{path} is a {type(found).__name__}, not a Django task (@task)")
+    return found
+
+
+def rebuilt_task(
+    task: Task[Any, Any], *, priority: int, queue_name: str, backend: str
+) -> Task[Any, Any]:
+    """``task`` as it was enqueued. Not ``task.using()``: that validates the task against
+    this process's TASKS, which need not name the enqueuing backend (a Celery worker's
+    settings); the enqueuing backend validated it."""
+    copy = object.__new__(type(task))
+    changes = {"priority": priority, "queue_name": queue_name, "backend": backend}
+    for each in dataclasses.fields(task):
+        object.__setattr__(copy, each.name, changes.get(each.name, getattr(task, each.name)))
+    return copy
+
+
+def make_result(
+    task: Task[Any, Any],
+    job_id: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    status: TaskResultStatus,
+    history: History,
+    return_value: Any = None,
+) -> TaskResult[Any]:
+    result: TaskResult[Any] = TaskResult(
+        task=task,
+        id=job_id,
+        status=status,
+        enqueued_at=id_time(job_id),
+        started_at=history.started_at,
+        finished_at=history.finished_at,
+        last_attempted_at=history.last_attempted_at,
+        args=args,
+        kwargs=kwargs,
+        backend=backend,
+        errors=[TaskError(exception_class_path=p, traceback=t) for p, t in history.errors],
+        worker_ids=list(history.workers),
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", return_value)
+    return result
+
+
+def from_stored(stored: StoredTaskResult, job_id: str) -> TaskResult[Any]:
+    """The result of job ``job_id`` as Redis holds it, or TaskResultDoesNotExist."""
+    path, args, kwargs, backend, priority = _call_of(stored, job_id)
+    try:
+        task = import_task(path)
+    except (ImportError, TypeError, ValueError) as exc:
+        raise TaskResultDoesNotExist(
+            f"{job_id}: its task {path!r} cannot be found ({exc})"
+        ) from None
+    task = rebuilt_task(task, priority=priority, queue_name=logical(stored.queue), backend=backend)
+    history = History.of(stored.result)
+    status = _status(stored)
+    return_value = None
+    if status == TaskResultStatus.SUCCESSFUL:
+        return_value = _json(stored.result, TaskResultField.RETURN, None)
+    elif status == TaskResultStatus.FAILED:
+        if stored.state == "dead" and stored.score:
+            history.finished_at = from_ms(stored.score)
+    else:
+        history.finished_at = None
+    return make_result(task, job_id, args, kwargs, backend, status, history, return_value)
+
+
+def _status(stored: StoredTaskResult) -> TaskResultStatus:
+    recorded = stored.result.get(TaskResultField.STATUS)
+    if stored.state == "dead":
+        return TaskResultStatus.FAILED
+    if stored.state == "scheduled":
+        return TaskResultStatus.READY
+    if stored.state == "inflight":
+        current = stored.record.get(JobField.ATTEMPTS)
+        if current and current == stored.result.get(TaskResultField.ATTEMPT):
+            if recorded in (TaskResultStatus.RUNNING.value, TaskResultStatus.SUCCESSFUL.value):
+                return TaskResultStatus(recorded)
+        return TaskResultStatus.READY
+    if recorded == TaskResultStatus.SUCCESSFUL.value:
+        return TaskResultStatus.SUCCESSFUL
+    return TaskResultStatus.FAILED  # gone without a success: purged from dead, or deleted
+
+
+def _call_of(
+    stored: StoredTaskResult, job_id: str
+) -> tuple[str, list[Any], dict[str, Any], str, int]:
+    """(task path, args, kwargs, backend alias, priority) of the job: from its record while
+    delayqueue holds one, else from its results hash."""
+    record, result = stored.record, stored.result
+    try:
+        if JobField.ARGS in record:
+            if record.get(JobField.TASK) != RUN_DJANGO_TASK:
+                raise CorruptJob(f"it is a job of {record.get(JobField.TASK)!r}, not a Django task")
+            outer, options = decode_args(record[JobField.ARGS], record.get(JobField.KWARGS, ""))
+            if len(outer) != 3:
+                raise CorruptJob("its arguments are not [task path, args, kwargs]")
+            path, args, kwargs = outer
+            backend = options.get(BACKEND, DEFAULT_BACKEND)
+            priority = options.get(PRIORITY, DEFAULT_PRIORITY)
+        elif TaskResultField.TASK in result:
+            path = result[TaskResultField.TASK]
+            args, kwargs = decode_args(
+                result.get(TaskResultField.ARGS, "[]"), result.get(TaskResultField.KWARGS, "")
+            )
+            backend = result.get(TaskResultField.BACKEND, DEFAULT_BACKEND)
+            priority = int(result.get(TaskResultField.PRIORITY, "0"))
+        else:
+            raise CorruptJob("neither its record nor its result names its task")
+        if not (isinstance(path, str) and isinstance(args, list) and isinstance(kwargs, dict)):
+            raise CorruptJob("its task path, args or kwargs are of the wrong type")
+        if (
+            not isinstance(backend, str)
+            or isinstance(priority, bool)
+            or not isinstance(priority, int)
+        ):
+            raise CorruptJob("its backend or priority is of the wrong type")
+    except (CorruptJob, ValueError) as exc:
+        logger.warning("job %s on %s is not a Django task's result: %s", job_id, stored.queue, exc)
+        raise TaskResultDoesNotExist(f"{job_id}: not a Django task's result ({exc})") from None
+    return path, args, kwargs, backend, priority
+
+
+def _json(stored: dict[str, str], name: str, default: Any) -> Any:
+    text = stored.get(name)
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        logger.warning("a Django task's result has a field %r that is not JSON", name)
+        return default
+
+
+def _time(stored: dict[str, str], name: str) -> datetime | None:
+    text = stored.get(name, "")
+    if not (text.isascii() and text.isdigit() and len(text) <= 15):
+        return None
+    return from_ms(int(text))

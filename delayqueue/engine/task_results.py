@@ -1,0 +1,172 @@
+"""The results of Django Tasks jobs (``delayqueue/django_tasks/``): a job's results hash
+(``QueueKeys.task_result``, fields ``TaskResultField``) read in one round trip with what
+delayqueue itself holds about the job (its state, its score there, its record's task,
+arguments and attempts), and the results hash written with its TTL.
+
+The results hash carries the queue's hash tag, so on Redis Cluster it lives in the slot of
+the job's own keys. Everything is read as bytes (text with any byte that is not UTF-8
+escaped): nothing stored is trusted, and nothing is unpickled. A key of the wrong type
+(something else wrote it) reads as empty."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from redis.client import NEVER_DECODE
+from redis.exceptions import ResponseError
+
+from delayqueue.engine.async_clients import loop_clients
+from delayqueue.engine.clients import get_raw_redis, get_redis
+from delayqueue.engine.keys import STATES, JobField, QueueKeys, State, global_keys, queue_keys
+from delayqueue.engine.packing import job_fields
+from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.registry import split_queue_names
+
+# What a result needs of the job's own record (its hash, or its packed spec).
+RECORD_FIELDS = (
+    JobField.TASK,
+    JobField.ARGS,
+    JobField.KWARGS,
+    JobField.ATTEMPTS,
+    JobField.MAX_ATTEMPTS,
+)
+
+
+@dataclass(frozen=True)
+class StoredTaskResult:
+    """What Redis holds about one job of a Django task: its results hash and its record's
+    ``RECORD_FIELDS`` (both as text, empty when absent), its state (None: in no state, or
+    gone) and its score there (the due time, the visibility deadline, when it died)."""
+
+    queue: str
+    result: dict[str, str]
+    record: dict[str, str]
+    state: State | None
+    score: float | None
+
+
+def _commands(keys: QueueKeys, job_id: str) -> list[tuple[Any, ...]]:
+    return [
+        ("HGETALL", keys.task_result(job_id)),
+        *(("ZSCORE", keys.of_state(state), job_id) for state in STATES),
+        ("HMGET", keys.job(job_id), *RECORD_FIELDS),
+        ("HGET", keys.spec_bucket(job_id), job_id),
+    ]
+
+
+_WIDTH = 2 + len(STATES) + 1  # replies per queue
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def _reply(value: Any, default: Any) -> Any:
+    """A reply, or ``default`` for an error reply about the key (WRONGTYPE: someone else's
+    data there). Any other error is raised."""
+    if isinstance(value, ResponseError):
+        return default
+    if isinstance(value, Exception):
+        raise value
+    return value
+
+
+def _parse(queue: str, replies: list[Any]) -> StoredTaskResult | None:
+    result_hash = _reply(replies[0], {}) or {}
+    scores = [_reply(reply, None) for reply in replies[1 : 1 + len(STATES)]]
+    values = _reply(replies[1 + len(STATES)], None) or [None] * len(RECORD_FIELDS)
+    spec = _reply(replies[-1], None)
+    stored = {
+        name: _text(value) for name, value in zip(RECORD_FIELDS, values, strict=True) if value
+    }
+    record = job_fields(stored, None if spec is None else _text(spec))
+    state = next((s for s, score in zip(STATES, scores, strict=True) if score is not None), None)
+    if not result_hash and not record and state is None:
+        return None
+    return StoredTaskResult(
+        queue=queue,
+        result={_text(k): _text(v) for k, v in result_hash.items()},
+        record={name: record[name] for name in RECORD_FIELDS if name in record},
+        state=state,
+        score=None if state is None else float(scores[STATES.index(state)]),
+    )
+
+
+def _first_found(queues: list[str], replies: list[Any]) -> StoredTaskResult | None:
+    for index, queue in enumerate(queues):
+        found = _parse(queue, replies[index * _WIDTH : (index + 1) * _WIDTH])
+        if found is not None:
+            return found
+    return None
+
+
+def stored_task_result(queues: Collection[str], job_id: str) -> StoredTaskResult | None:
+    """The first of ``queues`` that holds anything of job ``job_id`` (its results hash or
+    its record), and what it holds, in one round trip; None when none does. An empty
+    ``queues`` means every queue of the registry (one more round trip)."""
+    names = sorted(queues) if queues else registered_queues()
+    if not names:
+        return None
+    with redis_errors():
+        pipe = get_raw_redis().pipeline(transaction=False)
+        for queue in names:
+            for command in _commands(queue_keys(queue), job_id):
+                pipe.execute_command(*command)
+        replies = pipe.execute(raise_on_error=False)
+    return _first_found(names, replies)
+
+
+async def astored_task_result(queues: Collection[str], job_id: str) -> StoredTaskResult | None:
+    """``stored_task_result`` on the running loop's client (replies read undecoded)."""
+    clients = await loop_clients()
+    with redis_errors():
+        if queues:
+            names = sorted(queues)
+        else:
+            try:
+                members = await clients.client.execute_command(
+                    "SMEMBERS", global_keys().queues, **{NEVER_DECODE: []}
+                )
+            except ResponseError:  # a registry of the wrong type: no queue known
+                members = []
+            names = split_queue_names(members or []).names
+        if not names:
+            return None
+        pipe = clients.client.pipeline(transaction=False)
+        for queue in names:
+            for command in _commands(queue_keys(queue), job_id):
+                pipe.execute_command(*command, **{NEVER_DECODE: []})
+        replies = list(await pipe.execute(raise_on_error=False))
+    return _first_found(names, replies)
+
+
+def registered_queues() -> list[str]:
+    """Every queue of the registry (``dq:queues``); empty when it is of the wrong type."""
+    with redis_errors():
+        try:
+            members = get_raw_redis().smembers(global_keys().queues)
+        except ResponseError:
+            return []
+    return split_queue_names(members or []).names
+
+
+def record_task_result(
+    queue: str,
+    job_id: str,
+    fields: Mapping[str, str],
+    ttl_seconds: int,
+    *,
+    clear: Collection[str] = (),
+) -> None:
+    """Write ``fields`` into job ``job_id``'s results hash (deleting the ``clear`` ones
+    first) and give it ``ttl_seconds`` to live from now, in one round trip."""
+    key = queue_keys(queue).task_result(job_id)
+    with redis_errors():
+        pipe = get_redis().pipeline(transaction=False)
+        if clear:
+            pipe.hdel(key, *clear)
+        pipe.hset(key, mapping=cast(Any, dict(fields)))
+        pipe.expire(key, ttl_seconds)
+        pipe.execute()
