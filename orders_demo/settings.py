@@ -104,6 +104,15 @@ DELAYQUEUE = {
     },
 }
 
+# Django's Tasks framework on delayqueue: send_payment_reminder (orders_demo/tasks.py) is a
+# Django @task, enqueued with run_after like any Django task; delayqueue runs it.
+TASKS = {
+    "default": {
+        "BACKEND": "delayqueue.tasks_backend.DelayQueueBackend",
+        "QUEUES": ["default", "orders"],
+    }
+}
+
 # How long a customer has to pay before the order is closed and its stock released.
 ORDER_PAYMENT_TIMEOUT = env.int("ORDER_PAYMENT_TIMEOUT", default=1800)
 

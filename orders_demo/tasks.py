@@ -11,6 +11,10 @@ from django.utils import timezone
 
 from delayqueue import delayed_task
 
+# Django's @task: django.tasks.task on Django 6, django_tasks.task (the backport) on 5.2; the
+# demo runs on both, so it takes whichever is installed, as delayqueue's backend does.
+from delayqueue.django_tasks.compat import task
+
 from .models import Order, Product
 
 logger = logging.getLogger(__name__)
@@ -51,3 +55,14 @@ def report_overdue_orders() -> int:
     else:
         logger.info("No order is pending past its payment window")
     return overdue
+
+
+@task(queue_name="orders")
+def send_payment_reminder(order_id: int) -> str:
+    """A Django task (Django's Tasks framework on delayqueue: TASKS in settings.py): half way
+    through the payment window, remind the customer of an order still unpaid."""
+    order = Order.objects.filter(pk=order_id).first()
+    if order is None or not order.is_pending:
+        return "nothing to remind"
+    logger.info("Payment reminder for order %s: pay by %s", order_id, order.payment_due_at)
+    return "reminded"

@@ -19,7 +19,7 @@ from delayqueue.services.job_detail import job_detail
 
 from .forms import PlaceOrderForm
 from .models import Order, Product
-from .tasks import close_unpaid_order
+from .tasks import close_unpaid_order, send_payment_reminder
 from .templatetags.order_tags import format_duration
 
 
@@ -122,6 +122,9 @@ def place_order(request: HttpRequest) -> HttpResponse:
         job = close_unpaid_order.delay_for(order.id, seconds=timeout, key=close_job_key(order.id))
         order.close_job_id = job.id
         order.save(update_fields=["close_job_id"])
+        # The same with Django's own Tasks API (TASKS in settings.py): a reminder half way.
+        reminder_at = timezone.now() + timedelta(seconds=timeout / 2)
+        send_payment_reminder.using(run_after=reminder_at).enqueue(order.id)
     messages.success(
         request,
         f"Order #{order.id} placed. Pay within {format_duration(timeout)} "
@@ -177,6 +180,9 @@ async def place_order_async(request: HttpRequest) -> HttpResponse:
     )
     order.close_job_id = job.id
     await order.asave(update_fields=["close_job_id"])
+    # Django's Tasks API, awaited: the backend's aenqueue (delayqueue's async API, no thread)
+    reminder_at = timezone.now() + timedelta(seconds=timeout / 2)
+    await send_payment_reminder.using(run_after=reminder_at).aenqueue(order.id)
     messages.success(
         request,
         f"Order #{order.id} placed. Pay within {format_duration(timeout)} "

@@ -126,6 +126,9 @@ def test_run_demo_closes_an_unpaid_order_and_stops_cleanly(
     output = demo_output(tmp_path)
     assert code == 0, output
     assert "Shop:" in output
+    # the Django @task the order view enqueued with run_after (TASKS: delayqueue's backend)
+    # ran (it reminds, or finds the order closed already when its worker started late)
+    assert "path=orders_demo.tasks.send_payment_reminder state=SUCCESSFUL" in output, output
     assert ("uvicorn (ASGI) on" in output) == (served_by == "asgi"), output
     assert f"Started redis-server on port {redis_port} for the demo" in output
     assert f"redis://127.0.0.1:{redis_port}/5 (database 5; delayqueue's keys dq:*" in output

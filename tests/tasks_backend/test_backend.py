@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.urls import reverse
 
 compat = pytest.importorskip("delayqueue.django_tasks.compat")
 
@@ -42,7 +43,8 @@ def tasks_setting(queues: list[str] | None = None, **options: Any) -> dict[str, 
     return {
         "default": {
             "BACKEND": BACKEND,
-            "QUEUES": ["default"] if queues is None else queues,
+            # (the demo's reminder, orders_demo/tasks.py, is a task of "orders")
+            "QUEUES": ["default", "orders"] if queues is None else queues,
             "OPTIONS": {"BACKOFF": 0.05, "MAX_ATTEMPTS": 3, **options},
         }
     }
@@ -398,3 +400,20 @@ def test_the_job_is_an_ordinary_delayqueue_job(r: redis.Redis) -> None:
     moved = delayqueue.reschedule("default", result.id, delay=7200)
     assert moved is not None and moved.task == RUN_DJANGO_TASK
     assert compat.task_backends["default"].get_result(result.id).status == Status.READY
+
+
+def test_the_admin_lists_and_shows_a_django_task_like_any_job(
+    admin_client: Any, r: redis.Redis
+) -> None:
+    result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue("a", 1, 2)
+    listed = admin_client.get(
+        reverse("admin:delayqueue_delayedjob_list", args=["default", "scheduled"])
+    )
+    assert listed.status_code == 200
+    page = listed.content.decode()
+    assert result.id in page and "run_django_task" in page
+    shown = admin_client.get(
+        reverse("admin:delayqueue_delayedjob_job", args=["default", result.id])
+    )
+    assert shown.status_code == 200
+    assert tasks.add.module_path in shown.content.decode()  # the Django task, in the arguments
