@@ -23,13 +23,14 @@ if TYPE_CHECKING:
 SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "memory", "scale")
 # Run only when named in --only: ``cluster`` starts a Redis Cluster and 8 processes of its own;
 # ``async`` is the async API's (bench/async_enqueue.py); ``periodic`` periodic jobs' against
-# Celery beat (bench/periodic.py).
-OPT_IN = ("cluster", "async", "periodic")
+# Celery beat (bench/periodic.py); ``tasks`` Django's Tasks API on delayqueue
+# (bench/tasks_backend.py).
+OPT_IN = ("cluster", "async", "periodic", "tasks")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]:
-    from bench import async_enqueue, bursts, cluster, periodic, throughput, timing
+    from bench import async_enqueue, bursts, cluster, periodic, tasks_backend, throughput, timing
 
     return {
         "enqueue": throughput.enqueue,
@@ -43,6 +44,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "cluster": cluster.cluster,
         "async": async_enqueue.async_enqueue,
         "periodic": periodic.periodic,
+        "tasks": tasks_backend.tasks,
     }
 
 

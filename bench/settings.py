@@ -5,7 +5,7 @@ import os
 
 from tests.settings import *  # noqa: F403
 
-CELERY_IMPORTS = ["tests.support.jobs", "bench.tasks"]
+CELERY_IMPORTS = ["tests.support.jobs", "bench.tasks", "bench.django_tasks"]
 # Jobs dispatched with no Celery worker consuming them wait in a queue of their own.
 CELERY_TASK_ROUTES = {"bench.tasks.sink": {"queue": "bench-sink"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 4  # Celery's default; the worker's flag overrides it
@@ -22,3 +22,5 @@ if os.environ.get("BENCH_SCHEDULES"):  # the periodic scenario's schedules (benc
 
     DELAYQUEUE["SCHEDULES"] = json.loads(os.environ["BENCH_SCHEDULES"])
 CELERY_BEAT_SCHEDULE = {"every-second": {"task": "bench.tasks.beat_tick", "schedule": 1.0}}
+# Django's Tasks API on delayqueue (the tasks scenario): any queue (the bench's "bench").
+TASKS = {"default": {"BACKEND": "delayqueue.tasks_backend.DelayQueueBackend", "QUEUES": []}}

@@ -41,7 +41,7 @@ from delayqueue.django_tasks.job_args import (
 from delayqueue.engine.keys import JOB_ID, check_queue_name
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.task_results import astored_task_result, stored_task_result
-from delayqueue.errors import InvalidOption, InvalidQueueName
+from delayqueue.errors import InvalidOption, InvalidQueueName, NotSerializable, PayloadTooLarge
 from delayqueue.producer.job_spec import Job
 from delayqueue.validators import (
     check_backoff,
@@ -128,12 +128,20 @@ class DelayQueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         self.validate_task(task)
-        job = delayqueue.enqueue(RUN_DJANGO_TASK, **self._job_call(task, args, kwargs))
+        try:
+            job = delayqueue.enqueue(RUN_DJANGO_TASK, **self._job_call(task, args, kwargs))
+        except (NotSerializable, PayloadTooLarge):
+            _check_arguments(args, kwargs)  # the error, naming the caller's own arguments
+            raise
         return self._enqueued(task, job, args, kwargs)
 
     async def aenqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         self.validate_task(task)
-        job = await delayqueue.aenqueue(RUN_DJANGO_TASK, **self._job_call(task, args, kwargs))
+        try:
+            job = await delayqueue.aenqueue(RUN_DJANGO_TASK, **self._job_call(task, args, kwargs))
+        except (NotSerializable, PayloadTooLarge):
+            _check_arguments(args, kwargs)
+            raise
         return self._enqueued(task, job, args, kwargs)
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
@@ -153,9 +161,7 @@ class DelayQueueBackend(BaseTaskBackend):
     # ----
 
     def _job_call(self, task: Task[Any, Any], args: Any, kwargs: Any) -> dict[str, Any]:
-        """delayqueue.enqueue's arguments for a job of ``task``. The task's own arguments are
-        checked first, alone, so an error names them as the caller wrote them."""
-        encode_args(args, kwargs, get_settings().max_payload_bytes)
+        """delayqueue.enqueue's arguments for a job of ``task``."""
         options: dict[str, Any] = {}
         if self.alias != DEFAULT_BACKEND:
             options[BACKEND] = self.alias
@@ -209,3 +215,9 @@ def _due(run_after: datetime | None) -> dict[str, Any]:
         return {"delay": 0}
     whole_ms = math.ceil(run_after.microsecond / 1000) * 1000
     return {"eta": run_after.replace(microsecond=0) + timedelta(microseconds=whole_ms + 500)}
+
+
+def _check_arguments(args: Any, kwargs: Any) -> None:
+    """Raise NotSerializable / PayloadTooLarge about the task's own arguments, alone (the
+    job's arguments wrap them: an error about those would name the wrapping)."""
+    encode_args(args, kwargs, get_settings().max_payload_bytes)
