@@ -369,6 +369,8 @@ def _schedule_problems() -> list[CheckMessage]:
     from delayqueue.errors import DelayQueueError
     from delayqueue.periodic import declare, registry  # noqa: F401 (declare: the settings)
 
+    if _given() is None:
+        return []  # E001 says DELAYQUEUE is no dict
     try:
         found = registry.declared()
     except DelayQueueError as exc:
