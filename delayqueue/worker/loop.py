@@ -24,7 +24,7 @@ from ulid import ULID
 
 from delayqueue.celery_app import get_celery_app
 from delayqueue.conf import get_settings
-from delayqueue.engine import registry, schedules, transitions
+from delayqueue.engine import registry, transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import check_queue_name, queue_keys
 from delayqueue.engine.reads import redis_now
@@ -40,6 +40,7 @@ from delayqueue.validators import (
     check_dispatch_ahead,
     check_visibility_timeout,
 )
+from delayqueue.worker import periodic
 from delayqueue.worker.claimed import Claimed, decode_claimed
 from delayqueue.worker.clock import RedisClock
 from delayqueue.worker.dispatch import Dispatcher
@@ -170,19 +171,8 @@ class DelayWorker:
         return 0
 
     def reconcile_schedules(self) -> planner.Reconciled | None:
-        """Plan the declared periodic schedules (delayqueue.periodic.planner.reconcile);
-        None when Redis could not be asked (the next start plans them)."""
-        try:
-            done = planner.reconcile()
-        except DelayQueueError as exc:
-            logger.error("periodic schedules not reconciled: %s", exc)
-            return None
-        if done.planned or done.removed or done.failed:
-            logger.info(
-                "periodic schedules: %s planned, %s unchanged, %s removed, %s failed",
-                len(done.planned), len(done.unchanged), len(done.removed), len(done.failed),
-            )  # fmt: skip
-        return done
+        """Plan the declared periodic schedules; None when Redis could not be asked."""
+        return periodic.reconcile()
 
     @staticmethod
     def _reachable() -> None:
@@ -209,9 +199,7 @@ class DelayWorker:
         """Reap and claim on every queue in one round trip, then dispatch what was claimed."""
         started = time.monotonic()
         if self.schedule_queues:
-            now = redis_now()
-            for queue in self.schedule_queues:
-                planner.fire_due(queue, now, self.ahead_ms)
+            periodic.fire(self.schedule_queues, self.ahead_ms)
         plan = self._plan_pass(started)
         if not plan:
             return PassResult(wait_ms=self.safety_poll * 1000, wake_at=started + self.safety_poll)
@@ -388,7 +376,7 @@ class DelayWorker:
         try:
             with redis_errors():
                 self._refresh_queues()
-                self.schedule_queues = schedules.queues_with_schedules(self.queues)
+                self.schedule_queues = periodic.queues_with_schedules(self.queues)
             registry.record_heartbeat(self.id, self.queues, self.dispatched)
         except DelayQueueError as exc:
             logger.error("heartbeat failed: %s", exc)
