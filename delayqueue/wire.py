@@ -128,6 +128,14 @@ def declared_queue(task: object) -> str | None:
     return queue if isinstance(queue, str) else None
 
 
+def declared_priority(task: object) -> str | None:
+    """The keyword argument that holds a job's priority, when ``task`` declares one
+    (``@delayed_task(dq_priority_kwarg=...)``: an int, higher first among the jobs a delay
+    worker dispatches in one pass)."""
+    name = getattr(task, "dq_priority_kwarg", None) if is_delayed_task(task) else None
+    return name if isinstance(name, str) else None
+
+
 def declared_batch(task: object) -> int | None:
     batch = getattr(task, "dq_batch", None) if is_delayed_task(task) else None
     return batch if isinstance(batch, int) else None

@@ -20,6 +20,7 @@ from delayqueue.django_tasks.job_args import (
     DEFAULT_BACKEND,
     DEFAULT_PRIORITY,
     DEFAULT_RESULT_TTL,
+    PRIORITY,
     RUN_DJANGO_TASK,
 )
 from delayqueue.producer.decorator import delayed_task
@@ -43,7 +44,13 @@ def retry_backoff(attempt: int) -> float:
     return backoff_ms(attempt, _running.backoff) / 1000
 
 
-@delayed_task(name=RUN_DJANGO_TASK, bind=True, backoff=retry_backoff, ignore_result=True)
+@delayed_task(
+    name=RUN_DJANGO_TASK,
+    bind=True,
+    backoff=retry_backoff,
+    ignore_result=True,
+    dq_priority_kwarg=PRIORITY,  # the Django task's priority: higher first in a pass
+)
 def run_django_task(
     self: Task[Any, Any],
     path: str,

@@ -33,6 +33,7 @@ from delayqueue.wire import (
     RUN_BATCH,
     RUN_TASK,
     BatchEntry,
+    declared_priority,
     decode_args,
     is_delayed_task,
 )
@@ -112,9 +113,19 @@ class Dispatcher:
         batches: dict[tuple[str, str], list[tuple[Claimed, list[Any], dict[str, Any]]]] = {}
         counts = Counter(job.task for job in jobs)
         sizes: dict[str, int] = {}  # task -> jobs per message, for this dispatch
+        decoded: list[tuple[Claimed, list[Any], dict[str, Any], Task[Any, Any]]] = []
         for job in jobs:
             try:
-                args, kwargs, target = self._decode(job)
+                decoded.append((job, *self._decode(job)))
+            except Exception as exc:  # whatever one job's data does, it is that job's problem
+                _bury_unsendable(job, exc)
+        # Among the jobs of one pass (due together, or within DISPATCH_AHEAD of each other),
+        # a task that declares a priority argument (wire.declared_priority) sends its
+        # higher ones first; the sort is stable, so all else stays in due order.
+        if any(declared_priority(target) for _, _, _, target in decoded):
+            decoded.sort(key=_priority_of, reverse=True)
+        for job, args, kwargs, target in decoded:
+            try:
                 size = sizes.get(job.task)
                 if size is None:
                     waiting = self.publisher.waiting
@@ -274,6 +285,13 @@ class Dispatcher:
             for job in jobs
         ]
         run_all(releases, strict=False)
+
+
+def _priority_of(item: tuple[Claimed, list[Any], dict[str, Any], Task[Any, Any]]) -> int:
+    _, _, kwargs, target = item
+    name = declared_priority(target)
+    value = kwargs.get(name, 0) if name else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _broker_shown(app: Celery) -> str | None:

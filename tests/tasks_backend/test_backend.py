@@ -417,3 +417,27 @@ def test_the_admin_lists_and_shows_a_django_task_like_any_job(
     )
     assert shown.status_code == 200
     assert tasks.add.module_path in shown.content.decode()  # the Django task, in the arguments
+
+
+def test_among_jobs_due_in_one_pass_higher_priority_is_dispatched_first(
+    r: redis.Redis, parked_celery: Any
+) -> None:
+    from delayqueue.worker.loop import DelayWorker
+    from tests.support.corrupt import decode_message, take_messages
+
+    take_messages()
+    due = timezone.now() - timedelta(seconds=1)  # all due, claimed in one pass
+    priorities = [0, 50, -10, 100, 5, -100, 50]
+    made = [
+        tasks.add.using(run_after=due, priority=p).enqueue(f"p{i}", p, 0)
+        for i, p in enumerate(priorities)
+    ]
+    worker = DelayWorker(["default"], celery_app=parked_celery)
+    try:
+        assert len(worker.run_pass().claimed) == len(made)
+    finally:
+        worker.close()
+    sent = [decode_message(m) for m in take_messages()]
+    tags = [m.args[1][0] for m in sent]  # args: (module path, [tag, a, b], kwargs)
+    # 100, 50, 50 (the two of equal priority in the order they were due), 5, 0, -10, -100
+    assert tags == ["p3", "p1", "p6", "p4", "p0", "p2", "p5"]
