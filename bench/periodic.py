@@ -39,12 +39,20 @@ def _ticks(env: BenchEnv) -> list[tuple[str, float]]:
     return found
 
 
+def _written(env: BenchEnv, setting: dict) -> str:
+    """The schedules as a JSON file the delay workers' settings read (10,000 of them are
+    past what one environment variable may hold)."""
+    path = env.dir / "schedules.json"
+    path.write_text(json.dumps(setting))
+    return str(path)
+
+
 def _delayqueue_lateness(env: BenchEnv, workers: int, seconds: float) -> list[float]:
     from bench.tasks import TICKS
 
     env.flush()
     setting = {"bench-every-second": {"task": "bench.tasks.tick", "every": 1, "args": ["t"]}}
-    children = env.start_delay_workers(workers, "bench", BENCH_SCHEDULES=json.dumps(setting))
+    children = env.start_delay_workers(workers, "bench", BENCH_SCHEDULES=_written(env, setting))
     env.client().delete(TICKS)
     time.sleep(seconds)
     env.stop(children)
@@ -112,7 +120,7 @@ def _many(env: BenchEnv, count: int) -> list[Figure]:
         for i in range(count)
     }
     planned_at = time.time()
-    children = env.start_delay_workers(1, "bench", BENCH_SCHEDULES=json.dumps(setting))
+    children = env.start_delay_workers(1, "bench", BENCH_SCHEDULES=_written(env, setting))
     schedules_key = queue_keys("bench").schedules
     deadline = time.time() + 300
     while env.client().zcard(schedules_key) < count and time.time() < deadline:

@@ -17,10 +17,11 @@ DELAYQUEUE = {"REDIS_URL": os.environ["REDIS_URL"], "SAFETY_POLL": 5.0}
 if "BENCH_DISPATCH_MODE" in os.environ:  # the send_task baseline of the dispatch scenario
     DELAYQUEUE["DISPATCH_MODE"] = os.environ["BENCH_DISPATCH_MODE"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}
-if os.environ.get("BENCH_SCHEDULES"):  # the periodic scenario's schedules (bench/periodic.py)
+if os.environ.get("BENCH_SCHEDULES"):  # a JSON file of the periodic scenario's schedules
     import json
+    import pathlib
 
-    DELAYQUEUE["SCHEDULES"] = json.loads(os.environ["BENCH_SCHEDULES"])
+    DELAYQUEUE["SCHEDULES"] = json.loads(pathlib.Path(os.environ["BENCH_SCHEDULES"]).read_text())
 CELERY_BEAT_SCHEDULE = {"every-second": {"task": "bench.tasks.beat_tick", "schedule": 1.0}}
 # Django's Tasks API on delayqueue (the tasks scenario): any queue (the bench's "bench").
 TASKS = {"default": {"BACKEND": "delayqueue.tasks_backend.DelayQueueBackend", "QUEUES": []}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import redis
 from celery import shared_task
@@ -59,16 +60,15 @@ def ping(token: str) -> None:
 TICKS = "bench:ticks"  # list of "job_id started_ms" (periodic scenario)
 
 
-@delayed_task(queue="bench")
-def tick(tag: str) -> None:
+@delayed_task(queue="bench", bind=True)
+def tick(self: Any, tag: str) -> None:
     """An occurrence of a periodic schedule: record its job id (whose time part is the
-    occurrence's instant) and when it started."""
-    from celery import current_task
-
+    occurrence's instant) and when it started. Bound: in a batch message the job's own
+    request (its headers) is the task's, while ``current_task`` is the batch's."""
     from delayqueue.wire import dispatch_headers
 
     started_ms = time.time() * 1000
-    dispatch = dispatch_headers(current_task.request)
+    dispatch = dispatch_headers(self.request)
     client().rpush(TICKS, f"{dispatch[1] if dispatch else '?'} {started_ms:.3f}")
 
 
