@@ -148,10 +148,11 @@ _FLAT = frozenset(_SCALARS)  # exact types: subclasses (enums, ...) take the ful
 _PLAIN_SEQUENCES = frozenset((list, tuple))
 # One encoder: json.dumps() with options builds a new JSONEncoder on every call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-# Arguments that are all flat scalars (a few ids: most calls) hold nothing to check for
-# cycles, so the C encoder runs without the markers, without the Python-level encode()
-# that builds it anew each call. (None where there is no C one.)
-_FLAT_ENCODER = (
+# Arguments that are all flat scalars (a few ids: most calls), or that _check passed
+# (bounded depth: no cycle), hold nothing to check for cycles, so the C encoder runs
+# without the markers, without the Python-level encode() that builds it anew each call.
+# (None where there is no C one.)
+_CHECKED_ENCODER = (
     c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False)
     if c_make_encoder is not None
     else None
@@ -166,43 +167,56 @@ MAX_NESTING = 64
 
 def _check(value: Any, path: str) -> None:
     """Raise NotSerializable unless ``value`` is plain JSON nested at most MAX_NESTING deep.
-    Iterative: its result does not depend on the caller's stack depth."""
-    pending: list[tuple[Any, str, int]] = [(value, path, 0)]
+    Iterative: its result does not depend on the caller's stack depth. Each pending value
+    carries the way to it as links (parent, key); the path is written out only for an error."""
+    pending: list[tuple[Any, int, Any]] = [(value, 0, None)]
     while pending:
-        item, where, depth = pending.pop()
+        item, depth, trail = pending.pop()
         if isinstance(item, _SCALARS):
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
-                raise NotSerializable(f"{where} is {item!r}, which JSON cannot hold")
+                raise NotSerializable(f"{_path(path, trail)} is {item!r}, which JSON cannot hold")
             continue
         if not isinstance(item, list | tuple | dict):
             raise NotSerializable(
-                f"{where} is a {type(item).__module__}.{type(item).__qualname__}, which is not "
-                "JSON; pass ids and plain values (str, int, float, bool, None, list, dict), "
-                "not objects"
+                f"{_path(path, trail)} is a {type(item).__module__}.{type(item).__qualname__}, "
+                "which is not JSON; pass ids and plain values (str, int, float, bool, None, "
+                "list, dict), not objects"
             )
         if depth >= MAX_NESTING:
             raise NotSerializable(
-                f"{where} is nested more than {MAX_NESTING} lists or dicts deep (or contains "
-                "itself); pass flatter data, or store it elsewhere and pass its id"
+                f"{_path(path, trail)} is nested more than {MAX_NESTING} lists or dicts deep (or "
+                "contains itself); pass flatter data, or store it elsewhere and pass its id"
             )
         if isinstance(item, dict):
             if len(item) == 2 and "__type__" in item and "__value__" in item:
                 raise NotSerializable(
-                    f"{where} is a dict of exactly the keys '__type__' and '__value__', the "
-                    "envelope in which kombu's JSON carries other types: the Celery worker "
-                    "would turn it into another value (b'...', a Decimal) or drop the message; "
-                    "rename a key or add another"
+                    f"{_path(path, trail)} is a dict of exactly the keys '__type__' and "
+                    "'__value__', the envelope in which kombu's JSON carries other types: the "
+                    "Celery worker would turn it into another value (b'...', a Decimal) or drop "
+                    "the message; rename a key or add another"
                 )
+            if all(type(key) is str and type(child) in _FLAT for key, child in item.items()):
+                continue  # (scalars under str keys: done)
             for key, child in item.items():
                 if not isinstance(key, str):
                     raise NotSerializable(
-                        f"{where} has the key {key!r} ({type(key).__name__}); JSON keys must be str"
+                        f"{_path(path, trail)} has the key {key!r} ({type(key).__name__}); JSON "
+                        "keys must be str"
                     )
-                pending.append((child, f"{where}[{key!r}]", depth + 1))
-        else:
-            pending.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
+                pending.append((child, depth + 1, (trail, repr(key))))
+        elif not all(type(child) in _FLAT for child in item):  # (a list of scalars: done)
+            pending.extend((child, depth + 1, (trail, i)) for i, child in enumerate(item))
+
+
+def _path(root: str, trail: Any) -> str:
+    """``root[...][...]``: the way to a value, from its links (parent, key)."""
+    keys = []
+    while trail is not None:
+        trail, key = trail
+        keys.append(f"[{key}]")
+    return root + "".join(reversed(keys))
 
 
 def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> tuple[str, str]:
@@ -216,8 +230,9 @@ def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) 
         _check(list(args), "args")
         _check(dict(kwargs), "kwargs")
     try:
-        if flat and _FLAT_ENCODER is not None:
-            args_json, kwargs_json = "".join(_FLAT_ENCODER(list(args), 0)), ""
+        if _CHECKED_ENCODER is not None:
+            args_json = "".join(_CHECKED_ENCODER(list(args), 0))
+            kwargs_json = "".join(_CHECKED_ENCODER(dict(kwargs), 0)) if kwargs else ""
         else:
             args_json = _ENCODER.encode(list(args))
             kwargs_json = _ENCODER.encode(dict(kwargs)) if kwargs else ""
