@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,8 @@ logger = logging.getLogger("delayqueue.django_tasks")
 
 MAX_KEPT = 20  # worker ids and errors a result keeps: the last attempts'
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TIME_PART = re.compile(f"[{_CROCKFORD}]{{1,10}}")
+_TO_BASE32 = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")
 
 
 @dataclass
@@ -100,15 +103,16 @@ def from_ms(ms: float) -> datetime:
 
 
 def id_time(job_id: str) -> datetime | None:
-    """When a job id was made (a ULID's first 10 characters are its epoch ms): the
-    ``enqueued_at`` of a Django task's result."""
-    ms = 0
-    for char in job_id[:10]:
-        digit = _CROCKFORD.find(char)
-        if digit < 0:
-            return None
-        ms = ms * 32 + digit
-    return from_ms(ms)
+    """When a job id was made (a ULID's first 10 characters are its epoch ms, in Crockford's
+    base 32): the ``enqueued_at`` of a Django task's result; None for no such characters, or
+    a time past what a datetime holds."""
+    head = job_id[:10]
+    if not _TIME_PART.fullmatch(head):
+        return None
+    try:
+        return from_ms(int(head.translate(_TO_BASE32), 32))
+    except (ValueError, OverflowError):  # past year 9999 (a ULID's time part goes to 10889)
+        return None
 
 
 def import_task(path: str) -> Task[Any, Any]:
