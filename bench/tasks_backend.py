@@ -5,6 +5,7 @@ worker."""
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -47,8 +48,11 @@ def tasks(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     try:
 
         def enqueue_task(due_ms: float) -> None:
-            run_after = datetime.fromtimestamp(due_ms / 1000, tz=UTC)
-            django_tasks.stamp_task.using(run_after=run_after).enqueue(int(due_ms))
+            # a whole millisecond, as delay_until's eta is (run_after's fraction of one would
+            # be rounded up: the task never starts before it)
+            due = math.ceil(due_ms)
+            run_after = datetime.fromtimestamp(due / 1000, tz=UTC)
+            django_tasks.stamp_task.using(run_after=run_after).enqueue(due)
 
         total = _produce(sizes, rate, enqueue_task)
         late_task = _lateness(env, total, timeout)

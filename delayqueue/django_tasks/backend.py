@@ -38,6 +38,7 @@ from delayqueue.django_tasks.job_args import (
     RESULT_TTL,
     RUN_DJANGO_TASK,
 )
+from delayqueue.django_tasks.task import DelayQueueTask, task_options
 from delayqueue.engine.keys import JOB_ID, check_queue_name
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.task_results import astored_task_result, stored_task_result
@@ -108,6 +109,7 @@ class DelayQueueBackend(BaseTaskBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+    task_class = DelayQueueTask  # @task(max_attempts=..., backoff=..., visibility_timeout=...)
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -119,12 +121,13 @@ class DelayQueueBackend(BaseTaskBackend):
                 raise InvalidTaskBackend(f"TASKS[{alias!r}]['QUEUES']: {exc}") from None
 
     def validate_task(self, task: Task[Any, Any]) -> None:
-        """Django's checks, then delayqueue's queue name rule."""
+        """Django's checks, then delayqueue's queue name rule and the task's own options."""
         super().validate_task(task)
         try:
             check_queue_name(task.queue_name)
         except InvalidQueueName as exc:
             raise InvalidTask(str(exc)) from None
+        task_options(task)
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         self.validate_task(task)
@@ -161,7 +164,11 @@ class DelayQueueBackend(BaseTaskBackend):
     # ----
 
     def _job_call(self, task: Task[Any, Any], args: Any, kwargs: Any) -> dict[str, Any]:
-        """delayqueue.enqueue's arguments for a job of ``task``."""
+        """delayqueue.enqueue's arguments for a job of ``task``: its own retry options
+        first, then the backend's OPTIONS."""
+        max_attempts, backoff, visibility_timeout = task_options(task)
+        if backoff is None:
+            backoff = self.config.backoff
         options: dict[str, Any] = {}
         if self.alias != DEFAULT_BACKEND:
             options[BACKEND] = self.alias
@@ -169,14 +176,14 @@ class DelayQueueBackend(BaseTaskBackend):
             options[PRIORITY] = task.priority
         if self.config.result_ttl != DEFAULT_RESULT_TTL:
             options[RESULT_TTL] = self.config.result_ttl
-        if self.config.backoff is not None:
-            options[BACKOFF] = self.config.backoff
+        if backoff is not None:
+            options[BACKOFF] = backoff
         return {
             "args": [task.module_path, list(args), dict(kwargs)],
             "kwargs": options,
             "queue": task.queue_name,
-            "max_attempts": self.config.max_attempts,
-            "visibility_timeout": self.config.visibility_timeout,
+            "max_attempts": max_attempts or self.config.max_attempts,
+            "visibility_timeout": visibility_timeout or self.config.visibility_timeout,
             "on_commit": self.config.on_commit,
             **_due(task.run_after),
         }

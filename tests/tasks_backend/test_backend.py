@@ -9,6 +9,7 @@ in another process, and its result is read back from Redis."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Iterator
 from datetime import timedelta
@@ -25,12 +26,20 @@ from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 import delayqueue  # noqa: E402
-from delayqueue.django_tasks.job_args import RUN_DJANGO_TASK  # noqa: E402
-from delayqueue.engine.keys import STATES, TaskResultField, new_job_id, queue_keys  # noqa: E402
+from delayqueue.django_tasks.job_args import BACKOFF, RUN_DJANGO_TASK  # noqa: E402
+from delayqueue.django_tasks.task import DelayQueueTask  # noqa: E402
+from delayqueue.engine.keys import (  # noqa: E402
+    STATES,
+    JobField,
+    TaskResultField,
+    new_job_id,
+    queue_keys,
+)
 from delayqueue.errors import NotSerializable, PayloadTooLarge  # noqa: E402
 from delayqueue.tasks_backend import DelayQueueBackend  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
+from tests.support.stored import stored_job  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -209,6 +218,22 @@ def test_bad_data_in_redis_never_breaks_get_result(r: redis.Redis) -> None:
     r.hset(key, TaskResultField.ARGS, "\xff[")
     with pytest.raises(compat.TaskResultDoesNotExist, match="not a Django task"):
         compat.task_backends["default"].get_result(result.id)
+    r.hset(key, mapping={TaskResultField.ARGS: "[]", TaskResultField.PRIORITY: "high"})
+    with pytest.raises(compat.TaskResultDoesNotExist, match="not a Django task"):
+        compat.task_backends["default"].get_result(result.id)
+    # an id whose time part is past what a datetime holds (a ULID's goes to the year 10889)
+    far = "7ZZZZZZZZZ" + result.id[10:]
+    r.hset(
+        Q.task_result(far),
+        mapping={
+            TaskResultField.TASK: "tests.support.tasks_framework.add",
+            TaskResultField.ARGS: '["far", 1, 2]',
+            TaskResultField.STATUS: "SUCCESSFUL",
+            TaskResultField.RETURN: "3",
+        },
+    )
+    fetched = compat.task_backends["default"].get_result(far)
+    assert fetched.enqueued_at is None and fetched.args == ["far", 1, 2]
 
 
 def test_validation_raises_djangos_errors_and_writes_nothing(r: redis.Redis) -> None:
@@ -265,6 +290,36 @@ def test_bad_options_are_refused_when_the_backend_is_made(
     with override_settings(TASKS=tasks_setting(queues=["bad queue"])):
         with pytest.raises(compat.InvalidTaskBackend, match="QUEUES"):
             compat.task_backends["default"]  # noqa: B018
+
+
+def own_options_task(func: Any, **options: Any) -> Any:
+    """``func`` as a task of this backend with its own retry options: through ``@task``
+    where it passes them on to the backend's ``task_class`` (Django 6.1, the backport),
+    else (Django 6.0) the backend's task class itself."""
+    try:
+        return compat.task(**options)(func)
+    except TypeError:
+        return DelayQueueTask(func=func, **options)
+
+
+def test_a_task_s_own_retry_options_go_with_its_job_over_the_backend_s(r: redis.Redis) -> None:
+    assert compat.task_backends["default"].task_class is DelayQueueTask
+    own = own_options_task(tasks.add.func, max_attempts=7, backoff=2.5, visibility_timeout=45)
+    assert isinstance(own, DelayQueueTask) and own.max_attempts == 7
+    result = own.using(run_after=timezone.now() + timedelta(hours=1)).enqueue("own", 1, 2)
+    job = stored_job(r, Q, result.id)
+    assert job[JobField.MAX_ATTEMPTS] == "7" and job[JobField.VISIBILITY_MS] == "45000"
+    assert json.loads(job[JobField.KWARGS])[BACKOFF] == 2.5
+    # a task without its own options takes the backend's OPTIONS (MAX_ATTEMPTS 3, BACKOFF 0.05)
+    plain = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue("p", 1, 2)
+    job = stored_job(r, Q, plain.id)
+    assert job[JobField.MAX_ATTEMPTS] == "3" and JobField.VISIBILITY_MS not in job
+    assert json.loads(job[JobField.KWARGS])[BACKOFF] == 0.05
+    # .using() keeps them; bad ones are Django's InvalidTask when the task is made
+    assert own.using(priority=3).max_attempts == 7
+    for bad in ({"max_attempts": 0}, {"backoff": -1}, {"visibility_timeout": "soon"}):
+        with pytest.raises(compat.InvalidTask, match=next(iter(bad))):
+            own_options_task(tasks.add.func, **bad)
 
 
 # ---- run by a real Celery worker -----------------------------------------------------------
@@ -347,6 +402,17 @@ def test_a_job_that_fails_every_attempt_is_dead_and_failed(
         assert bad.status == Status.FAILED and bad.errors[0].exception_class_path.endswith(
             "TypeError"
         )
+
+
+def test_a_task_s_own_max_attempts_decides_when_its_job_is_dead(
+    celery_worker: Any, delay_worker: Any, r: redis.Redis
+) -> None:
+    delay_worker("--queues", "default")
+    own = own_options_task(tasks.always_fails.func, max_attempts=1)
+    result = finished(own.enqueue("once"))  # the backend's OPTIONS say 3 attempts
+    assert result.status == Status.FAILED and len(result.errors) == 1
+    assert r.zscore(Q.dead, result.id) is not None
+    assert [run["tag"] for run in tasks.reports()] == ["once"]
 
 
 def test_running_then_successful(celery_worker: Any, delay_worker: Any, r: redis.Redis) -> None:

@@ -1,0 +1,48 @@
+"""``DelayQueueTask``: the backend's ``task_class``, a Django ``Task`` with delayqueue's
+per-task retry options. Where ``@task`` passes extra arguments on to the backend's
+``task_class`` (Django 6.1, the django-tasks backport) they are written on the task::
+
+    @task(queue_name="emails", max_attempts=8, backoff=30, visibility_timeout=120)
+    def send_reminder(order_id: int) -> None: ...
+
+Each one left at None takes the backend's ``OPTIONS`` (then delayqueue's settings). Django
+6.0's ``@task`` takes no extra arguments: there, ``OPTIONS`` set them for every task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from delayqueue.django_tasks.compat import InvalidTask, Task
+from delayqueue.errors import InvalidOption
+from delayqueue.validators import check_backoff, check_max_attempts, check_visibility_timeout
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DelayQueueTask(Task):
+    max_attempts: int | None = None  # attempts before the job is dead
+    backoff: float | None = None  # base seconds of the exponential retry backoff
+    visibility_timeout: float | None = None  # seconds an attempt may run before it runs again
+
+
+def task_options(task: Task[Any, Any]) -> tuple[int | None, float | None, float | None]:
+    """A task's own (max_attempts, backoff, visibility_timeout), checked (``InvalidTask``
+    naming the task); (None, None, None) for a task of another ``task_class``."""
+    found = (
+        getattr(task, "max_attempts", None),
+        getattr(task, "backoff", None),
+        getattr(task, "visibility_timeout", None),
+    )
+    max_attempts, backoff, visibility_timeout = found
+    try:
+        if max_attempts is not None:
+            max_attempts = check_max_attempts(max_attempts)
+        if backoff is not None:
+            if callable(backoff):
+                raise InvalidOption("backoff must be seconds (it travels with each job)")
+            backoff = float(check_backoff(backoff))  # type: ignore[arg-type]
+        if visibility_timeout is not None:
+            visibility_timeout = check_visibility_timeout(visibility_timeout)
+    except InvalidOption as exc:
+        raise InvalidTask(f"task {task.module_path}: {exc}") from None
+    return max_attempts, backoff, visibility_timeout
