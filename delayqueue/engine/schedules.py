@@ -133,25 +133,45 @@ def due(queue: str, now_ms: int) -> list[tuple[str, int]]:
 def stored(queue: str, name: str | None = None) -> list[StoredSchedule]:
     """The queue's schedules (or the one named), with their records, by next occurrence. A
     record that is not a hash reads as empty (the planner then cannot fire it, and says so)."""
+    if name is not None:
+        return [found for found in records(queue, [name]) if found is not None]
     keys = queue_keys(queue)
     with redis_errors():
         client = get_raw_redis()
-        entries: list[tuple[str, float]]
-        if name is not None:
-            score = client.zscore(keys.schedules, name)
-            entries = [] if score is None else [(name, float(score))]
-        else:
-            entries = _scored(client.zrange(keys.schedules, 0, -1, withscores=True))
+        entries = _scored(client.zrange(keys.schedules, 0, -1, withscores=True))
         pipe = client.pipeline(transaction=False)
         for entry_name, _ in entries:
             pipe.hgetall(keys.schedule(entry_name))
-        records = pipe.execute(raise_on_error=False) if entries else []
-    result = []
-    for (entry_name, score), record in zip(entries, records, strict=True):
-        fields = {_text(k): _text(v) for k, v in record.items()} if isinstance(record, dict) else {}
-        next_ms = None if math.isinf(score) else int(score)
-        result.append(StoredSchedule(queue, entry_name, next_ms, fields))
-    return result
+        found = pipe.execute(raise_on_error=False) if entries else []
+    return [
+        _stored(queue, entry_name, score, record)
+        for (entry_name, score), record in zip(entries, found, strict=True)
+    ]
+
+
+def records(queue: str, names: list[str]) -> list[StoredSchedule | None]:
+    """The named schedules of ``queue`` with their records, in one round trip; None for one
+    the queue holds no more."""
+    keys = queue_keys(queue)
+    with redis_errors():
+        pipe = get_raw_redis().pipeline(transaction=False)
+        for name in names:
+            pipe.zscore(keys.schedules, name)
+            pipe.hgetall(keys.schedule(name))
+        replies = pipe.execute(raise_on_error=False) if names else []
+    found: list[StoredSchedule | None] = []
+    for i, name in enumerate(names):
+        score, record = replies[2 * i], replies[2 * i + 1]
+        if score is None or isinstance(score, Exception):
+            found.append(None)
+        else:
+            found.append(_stored(queue, name, float(score), record))
+    return found
+
+
+def _stored(queue: str, name: str, score: float, record: Any) -> StoredSchedule:
+    fields = {_text(k): _text(v) for k, v in record.items()} if isinstance(record, dict) else {}
+    return StoredSchedule(queue, name, None if math.isinf(score) else int(score), fields)
 
 
 def queues_with_schedules(queues: list[str]) -> list[str]:

@@ -201,6 +201,29 @@ def test_many_workers_move_an_occurrence_on_exactly_once(
     assert planner.fire_due(Q, now_ms=seen + 10) == []  # nothing due any more
 
 
+def test_schedules_due_together_move_on_chunk_by_chunk_past_a_broken_one(
+    r: redis.Redis,
+    declare: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(planner, "FIRE_CHUNK", 3)  # 7 schedules: 3 round trips of steps
+    names = [f"many-{i}" for i in range(7)]
+    for name in names:
+        declare(name, every=60)
+    planner.reconcile()
+    seen = stored("many-0").next_ms
+    assert seen is not None
+    r.hset(queue_keys(Q).schedule("many-4"), ScheduleField.EVERY_MS, "not a number")
+    ticks = planner.fire_due(Q, now_ms=seen + 5)
+    moved = [name for name in names if name != "many-4"]
+    assert sorted(tick.name for tick in ticks) == moved
+    assert all(stored(name).next_ms == seen + MINUTE for name in moved)
+    assert stored("many-4").next_ms == seen  # left where it was, and said
+    assert "schedule many-4 on periodic cannot move on" in caplog.text
+    assert planner.fire_due(Q, now_ms=seen + 10) == []
+
+
 def test_missed_once_runs_the_first_missed_occurrence_once_and_counts_the_rest(
     r: redis.Redis, declare: Callable[..., None]
 ) -> None:
