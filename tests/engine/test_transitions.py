@@ -1,5 +1,6 @@
-"""Each typed wrapper of delayqueue.engine.transitions sends its script exactly the KEYS the
-script's header lists, in that order, and only resend-safe scripts say they are."""
+"""Each typed wrapper of delayqueue.engine.transitions (and of engine.schedules) sends its
+script exactly the KEYS the script's header lists, in that order, and only resend-safe
+scripts say they are."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from delayqueue.engine import transitions
+from delayqueue.engine import schedules, transitions
 from delayqueue.engine.keys import QueueKeys
 
 SCRIPTS = Path(transitions.__file__).parent / "lua"
@@ -36,8 +37,16 @@ CALLS: dict[str, transitions.ScriptCall[Any]] = {
     "purge": transitions.purge_ids(KEYS, [JOB]),
     "pause": transitions.pause(KEYS, "paused"),
     "resume": transitions.resume(KEYS),
+    # periodic schedules (delayqueue.engine.schedules); "<name>" is the headers' placeholder
+    "plan_schedule": schedules.plan(
+        KEYS, "<name>", next_ms=1, job_id=JOB, spec="t\n[]\n\n\n\n", wake_horizon_ms=1, fields={}
+    ),
+    "fire": schedules.fire(
+        KEYS, "<name>", seen_ms=1, next_ms=2, job_id=JOB, missed=0, skip=False, wake_horizon_ms=1
+    ),
+    "unplan_schedule": schedules.unplan(KEYS, "<name>", "pause"),
 }
-RESEND_SAFE = {"enqueue", "begin", "ack"}
+RESEND_SAFE = {"enqueue", "begin", "ack", "plan_schedule"}
 
 
 def header_keys(script: str) -> list[str]:
