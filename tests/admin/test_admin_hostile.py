@@ -358,19 +358,22 @@ def test_actions_refuse_get_and_other_methods(admin_client, r):
 
 
 @override_settings(DELAYQUEUE={"REDIS_URL": "redis://127.0.0.1:1/0", "SOCKET_TIMEOUT": 1})
-def test_the_one_view_that_changes_state_is_post_only_and_checks_permission_first(
+def test_the_views_that_change_state_are_post_only_and_check_permission_first(
     django_user_model,
 ):
-    """The admin entry's URLs: pages that only read, and one endpoint for every action,
-    which refuses any other method than POST, then any user without the permissions, before
-    Redis (unreachable here) is asked anything."""
+    """The admin entry's URLs: pages that only read, one endpoint for every action on jobs
+    and queues and one for every action on schedules, each of which refuses any other method
+    than POST, then any user without the permissions, before Redis (unreachable here) is
+    asked anything."""
     entry = admin.site.get_model_admin(DelayedJob)
     names = {pattern.name for pattern in entry.get_urls()}
-    assert names == {f"delayqueue_delayedjob_{n}" for n in ("changelist", "act", "job", "list")}
+    pages = ("changelist", "act", "job", "list", "schedules", "schedule_act")
+    assert names == {f"delayqueue_delayedjob_{n}" for n in pages}
     staff = user_client(django_user_model, "staff")
-    for method in ("get", "put", "patch", "delete", "head", "options"):
-        assert getattr(staff, method)(url("act", Q)).status_code == 405, method
-    assert staff.post(url("act", Q), {"action": "pause"}).status_code == 403
+    for act, action in ((url("act", Q), "pause"), (url("schedule_act"), "run_now")):
+        for method in ("get", "put", "patch", "delete", "head", "options"):
+            assert getattr(staff, method)(act).status_code == 405, (act, method)
+        assert staff.post(act, {"action": action, "name": "x"}).status_code == 403, act
 
 
 # ---- the model has no table -------------------------------------------------------------
