@@ -145,6 +145,8 @@ def declared_batch(task: object) -> int | None:
 
 _SCALARS = (str, int, bool, type(None))
 _FLAT = frozenset(_SCALARS)  # exact types: subclasses (enums, ...) take the full check
+_STR = frozenset((str,))
+_CONTAINERS = (list, tuple, dict)
 _PLAIN_SEQUENCES = frozenset((list, tuple))
 # One encoder: json.dumps() with options builds a new JSONEncoder on every call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -172,13 +174,13 @@ def _check(value: Any, path: str) -> None:
     pending: list[tuple[Any, int, Any]] = [(value, 0, None)]
     while pending:
         item, depth, trail = pending.pop()
-        if isinstance(item, _SCALARS):
+        if type(item) in _FLAT or isinstance(item, _SCALARS):
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
                 raise NotSerializable(f"{_path(path, trail)} is {item!r}, which JSON cannot hold")
             continue
-        if not isinstance(item, list | tuple | dict):
+        if not isinstance(item, _CONTAINERS):
             raise NotSerializable(
                 f"{_path(path, trail)} is a {type(item).__module__}.{type(item).__qualname__}, "
                 "which is not JSON; pass ids and plain values (str, int, float, bool, None, "
@@ -197,7 +199,7 @@ def _check(value: Any, path: str) -> None:
                     "Celery worker would turn it into another value (b'...', a Decimal) or drop "
                     "the message; rename a key or add another"
                 )
-            if all(type(key) is str and type(child) in _FLAT for key, child in item.items()):
+            if _STR.issuperset(map(type, item)) and _FLAT.issuperset(map(type, item.values())):
                 continue  # (scalars under str keys: done)
             for key, child in item.items():
                 if not isinstance(key, str):
@@ -206,7 +208,7 @@ def _check(value: Any, path: str) -> None:
                         "keys must be str"
                     )
                 pending.append((child, depth + 1, (trail, repr(key))))
-        elif not all(type(child) in _FLAT for child in item):  # (a list of scalars: done)
+        elif not _FLAT.issuperset(map(type, item)):  # (a list of scalars: done)
             pending.extend((child, depth + 1, (trail, i)) for i, child in enumerate(item))
 
 
