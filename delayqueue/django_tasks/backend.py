@@ -38,7 +38,7 @@ from delayqueue.django_tasks.job_args import (
     RESULT_TTL,
     RUN_DJANGO_TASK,
 )
-from delayqueue.django_tasks.task import DelayQueueTask, task_options
+from delayqueue.django_tasks.task import DelayQueueTask, TaskOptions, task_options
 from delayqueue.engine.keys import JOB_ID, check_queue_name
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.task_results import astored_task_result, stored_task_result
@@ -54,6 +54,7 @@ from delayqueue.validators import (
 from delayqueue.wire import encode_args
 
 MAX_RESULT_TTL = 365 * 24 * 3600
+VALIDATED_KEPT = 1_000  # tasks remembered as validated, per backend
 
 
 @dataclass(frozen=True)
@@ -119,29 +120,50 @@ class DelayQueueBackend(BaseTaskBackend):
                 check_queue_name(queue)
             except InvalidQueueName as exc:
                 raise InvalidTaskBackend(f"TASKS[{alias!r}]['QUEUES']: {exc}") from None
+        # The tasks this backend validated, by identity, with their own options. A Task is
+        # frozen and is validated when it is made (@task, .using(): Task.__post_init__), so
+        # one validated against this backend (whose settings are fixed) is still valid when
+        # it is enqueued, where Django's backends validate it again. Strong references: an
+        # id is not reused while it is remembered. At most VALIDATED_KEPT.
+        self._validated: dict[int, tuple[Task[Any, Any], TaskOptions]] = {}
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         """Django's checks, then delayqueue's queue name rule and the task's own options."""
+        self._validate(task)
+
+    def _validate(self, task: Task[Any, Any]) -> TaskOptions:
         super().validate_task(task)
         try:
             check_queue_name(task.queue_name)
         except InvalidQueueName as exc:
             raise InvalidTask(str(exc)) from None
-        task_options(task)
+        options = task_options(task)
+        if len(self._validated) >= VALIDATED_KEPT:
+            self._validated.clear()
+        self._validated[id(task)] = (task, options)
+        return options
+
+    def _checked(self, task: Task[Any, Any]) -> TaskOptions:
+        """The task's own options; validated first unless this backend validated it."""
+        found = self._validated.get(id(task))
+        if found is not None and found[0] is task:
+            return found[1]
+        return self._validate(task)
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
-        self.validate_task(task)
+        own = self._checked(task)
         try:
-            job = delayqueue.enqueue(RUN_DJANGO_TASK, **self._job_call(task, args, kwargs))
+            job = delayqueue.enqueue(RUN_DJANGO_TASK, **self._job_call(task, own, args, kwargs))
         except (NotSerializable, PayloadTooLarge):
             _check_arguments(args, kwargs)  # the error, naming the caller's own arguments
             raise
         return self._enqueued(task, job, args, kwargs)
 
     async def aenqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
-        self.validate_task(task)
+        own = self._checked(task)
         try:
-            job = await delayqueue.aenqueue(RUN_DJANGO_TASK, **self._job_call(task, args, kwargs))
+            call = self._job_call(task, own, args, kwargs)
+            job = await delayqueue.aenqueue(RUN_DJANGO_TASK, **call)
         except (NotSerializable, PayloadTooLarge):
             _check_arguments(args, kwargs)
             raise
@@ -163,10 +185,12 @@ class DelayQueueBackend(BaseTaskBackend):
 
     # ----
 
-    def _job_call(self, task: Task[Any, Any], args: Any, kwargs: Any) -> dict[str, Any]:
+    def _job_call(
+        self, task: Task[Any, Any], own: TaskOptions, args: Any, kwargs: Any
+    ) -> dict[str, Any]:
         """delayqueue.enqueue's arguments for a job of ``task``: its own retry options
-        first, then the backend's OPTIONS."""
-        max_attempts, backoff, visibility_timeout = task_options(task)
+        (``own``) first, then the backend's OPTIONS."""
+        max_attempts, backoff, visibility_timeout = own
         if backoff is None:
             backoff = self.config.backoff
         options: dict[str, Any] = {}

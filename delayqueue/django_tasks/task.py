@@ -25,7 +25,11 @@ class DelayQueueTask(Task):
     visibility_timeout: float | None = None  # seconds an attempt may run before it runs again
 
 
-def task_options(task: Task[Any, Any]) -> tuple[int | None, float | None, float | None]:
+# A task's own (max_attempts, backoff seconds, visibility_timeout seconds); None: not set.
+TaskOptions = tuple[int | None, float | None, float | None]
+
+
+def task_options(task: Task[Any, Any]) -> TaskOptions:
     """A task's own (max_attempts, backoff, visibility_timeout), checked (``InvalidTask``
     naming the task); (None, None, None) for a task of another ``task_class``."""
     found = (

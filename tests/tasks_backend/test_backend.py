@@ -253,7 +253,12 @@ def test_validation_raises_djangos_errors_and_writes_nothing(r: redis.Redis) -> 
     with override_settings(TASKS=tasks_setting(queues=[])):
         with pytest.raises(compat.InvalidTask, match="queue name"):
             tasks.add.using(queue_name="not a queue!")
-    assert r.zcard(Q.scheduled) == 0
+        elsewhere = tasks.add.using(queue_name="elsewhere")  # valid where any queue is
+    # enqueued through a backend that did not validate it (QUEUES without "elsewhere"): it
+    # is validated there, and refused
+    with pytest.raises(compat.InvalidTask, match="not valid for backend"):
+        elsewhere.enqueue("e", 1, 2)
+    assert r.zcard(Q.scheduled) == 0 and r.zcard(queue_keys("elsewhere").scheduled) == 0
 
 
 def test_delayqueues_own_checks_of_the_arguments(r: redis.Redis) -> None:
