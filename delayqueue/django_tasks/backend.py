@@ -38,14 +38,18 @@ from delayqueue.django_tasks.job_args import (
     RESULT_TTL,
     RUN_DJANGO_TASK,
 )
-from delayqueue.django_tasks.task import DelayQueueTask, TaskOptions, task_options
+from delayqueue.django_tasks.task import (
+    DelayQueueTask,
+    TaskOptions,
+    backoff_seconds,
+    task_options,
+)
 from delayqueue.engine.keys import JOB_ID, check_queue_name
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.task_results import astored_task_result, stored_task_result
 from delayqueue.errors import InvalidOption, InvalidQueueName, NotSerializable, PayloadTooLarge
 from delayqueue.producer.job_spec import Job
 from delayqueue.validators import (
-    check_backoff,
     check_flag,
     check_max_attempts,
     check_positive_int,
@@ -75,7 +79,7 @@ class BackendOptions:
             "ON_COMMIT": lambda v: check_flag(v, "ON_COMMIT"),
             "RESULT_TTL": lambda v: check_positive_int(v, "RESULT_TTL", maximum=MAX_RESULT_TTL),
             "MAX_ATTEMPTS": lambda v: check_max_attempts(v, "MAX_ATTEMPTS"),
-            "BACKOFF": lambda v: check_backoff(v, "BACKOFF"),
+            "BACKOFF": lambda v: backoff_seconds(v, "BACKOFF"),
             "VISIBILITY_TIMEOUT": lambda v: check_visibility_timeout(v, "VISIBILITY_TIMEOUT"),
         }
         where = f"TASKS[{alias!r}]['OPTIONS']"
@@ -90,14 +94,11 @@ class BackendOptions:
             checked: dict[str, Any] = {name: known[name](v) for name, v in options.items()}
         except InvalidOption as exc:
             raise InvalidTaskBackend(f"{where}: {exc}") from None
-        backoff = checked.get("BACKOFF")
-        if callable(backoff):
-            raise InvalidTaskBackend(f"{where}: BACKOFF must be seconds (it travels with each job)")
         return cls(
             on_commit=checked.get("ON_COMMIT", True),
             result_ttl=checked.get("RESULT_TTL", DEFAULT_RESULT_TTL),
             max_attempts=checked.get("MAX_ATTEMPTS"),
-            backoff=backoff,
+            backoff=checked.get("BACKOFF"),
             visibility_timeout=checked.get("VISIBILITY_TIMEOUT"),
         )
 
@@ -191,8 +192,12 @@ class DelayQueueBackend(BaseTaskBackend):
         """delayqueue.enqueue's arguments for a job of ``task``: its own retry options
         (``own``) first, then the backend's OPTIONS."""
         max_attempts, backoff, visibility_timeout = own
+        if max_attempts is None:
+            max_attempts = self.config.max_attempts
         if backoff is None:
             backoff = self.config.backoff
+        if visibility_timeout is None:
+            visibility_timeout = self.config.visibility_timeout
         options: dict[str, Any] = {}
         if self.alias != DEFAULT_BACKEND:
             options[BACKEND] = self.alias
@@ -206,8 +211,8 @@ class DelayQueueBackend(BaseTaskBackend):
             "args": [task.module_path, list(args), dict(kwargs)],
             "kwargs": options,
             "queue": task.queue_name,
-            "max_attempts": max_attempts or self.config.max_attempts,
-            "visibility_timeout": visibility_timeout or self.config.visibility_timeout,
+            "max_attempts": max_attempts,
+            "visibility_timeout": visibility_timeout,
             "on_commit": self.config.on_commit,
             **_due(task.run_after),
         }

@@ -11,7 +11,7 @@ Each one left at None takes the backend's ``OPTIONS`` (then delayqueue's setting
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from delayqueue.django_tasks.compat import InvalidTask, Task
 from delayqueue.errors import InvalidOption
@@ -29,22 +29,25 @@ class DelayQueueTask(Task):
 TaskOptions = tuple[int | None, float | None, float | None]
 
 
+def backoff_seconds(value: Any, name: str) -> float | None:
+    """A Django task's backoff base: None or seconds, as it travels with each job (a
+    callable cannot); InvalidOption otherwise."""
+    if callable(value):
+        raise InvalidOption(f"{name} must be seconds (it travels with each job)")
+    return cast(float | None, check_backoff(value, name))
+
+
 def task_options(task: Task[Any, Any]) -> TaskOptions:
     """A task's own (max_attempts, backoff, visibility_timeout), checked (``InvalidTask``
     naming the task); (None, None, None) for a task of another ``task_class``."""
-    found = (
-        getattr(task, "max_attempts", None),
-        getattr(task, "backoff", None),
-        getattr(task, "visibility_timeout", None),
-    )
-    max_attempts, backoff, visibility_timeout = found
+    max_attempts = getattr(task, "max_attempts", None)
+    backoff = getattr(task, "backoff", None)
+    visibility_timeout = getattr(task, "visibility_timeout", None)
     try:
         if max_attempts is not None:
             max_attempts = check_max_attempts(max_attempts)
         if backoff is not None:
-            if callable(backoff):
-                raise InvalidOption("backoff must be seconds (it travels with each job)")
-            backoff = float(check_backoff(backoff))  # type: ignore[arg-type]
+            backoff = backoff_seconds(backoff, "backoff")
         if visibility_timeout is not None:
             visibility_timeout = check_visibility_timeout(visibility_timeout)
     except InvalidOption as exc:
