@@ -238,7 +238,9 @@ def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) 
         else:
             args_json = _ENCODER.encode(list(args))
             kwargs_json = _ENCODER.encode(dict(kwargs)) if kwargs else ""
-        size = len(args_json.encode()) + len(kwargs_json.encode())
+        check_size(args_json, kwargs_json, max_bytes)  # (where a lone surrogate fails)
+    except PayloadTooLarge:
+        raise
     except UnicodeEncodeError as exc:
         raise NotSerializable(
             "arguments hold a str that is not valid Unicode (lone surrogate "
@@ -246,12 +248,17 @@ def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) 
         ) from None
     except (ValueError, TypeError, RecursionError) as exc:  # an int of over 4,300 digits, ...
         raise NotSerializable(f"arguments cannot be written as JSON: {exc}") from None
+    return args_json, kwargs_json
+
+
+def check_size(args_json: str, kwargs_json: str, max_bytes: int) -> None:
+    """PayloadTooLarge when the arguments' JSON is more than ``max_bytes`` bytes of UTF-8."""
+    size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > max_bytes:
         raise PayloadTooLarge(
             f"arguments are {size} bytes of JSON, more than MAX_PAYLOAD_BYTES={max_bytes}; "
             "store the data elsewhere and pass its id"
         )
-    return args_json, kwargs_json
 
 
 def decode_args(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -73,14 +74,7 @@ def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode,
             )
         # Aware subtraction works on ordinals: no timestamp() of a date near year 1 or 9999,
         # which overflows once the offset is applied.
-        ahead = (eta - datetime.now(tz=UTC)).total_seconds()
-        if ahead > max_delay:
-            raise InvalidDelay(f"eta is {ahead:.0f} s away, more than MAX_DELAY={max_delay:.0f} s")
-        if ahead < -max_delay:
-            raise InvalidDelay(
-                f"eta is {-ahead:.0f} s in the past, more than MAX_DELAY={max_delay:.0f} s; "
-                "a job due that long ago is a mistake (an eta in the recent past runs at once)"
-            )
+        _check_ahead((eta - datetime.now(tz=UTC)).total_seconds(), max_delay, "eta")
         return "at", math.floor(eta.timestamp() * 1000)
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
@@ -100,3 +94,28 @@ def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode,
     if seconds > max_delay:
         raise InvalidDelay(f"delay {seconds:.0f} s is more than MAX_DELAY={max_delay:.0f} s")
     return "delay", math.ceil(seconds * 1000)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def due_at(moment: datetime, what: str) -> tuple[Mode, int]:
+    """("at", epoch ms) of an aware ``moment`` that a caller has checked is one, rounded up
+    to its millisecond, so the job never runs before it (``to_due`` rounds an eta down),
+    checked against MAX_DELAY as an eta is; ``what`` names it in the error. Exact: integer
+    arithmetic on the datetime, no float timestamp."""
+    ms = -((_EPOCH - moment) // _MS)
+    _check_ahead(ms / 1000 - time.time(), float(get_settings().max_delay), what)
+    return "at", ms
+
+
+def _check_ahead(ahead: float, max_delay: float, what: str) -> None:
+    """InvalidDelay for a due time more than MAX_DELAY away, either way (``ahead`` s)."""
+    if ahead > max_delay:
+        raise InvalidDelay(f"{what} is {ahead:.0f} s away, more than MAX_DELAY={max_delay:.0f} s")
+    if ahead < -max_delay:
+        raise InvalidDelay(
+            f"{what} is {-ahead:.0f} s in the past, more than MAX_DELAY={max_delay:.0f} s; "
+            "a job due that long ago is a mistake (one due in the recent past runs at once)"
+        )

@@ -26,7 +26,7 @@ from delayqueue.validators import (
     check_on_conflict,
     check_visibility_timeout,
 )
-from delayqueue.wire import encode_args
+from delayqueue.wire import check_size, encode_args
 
 OnConflict = Literal["keep", "replace"]
 State = Literal["pending", "scheduled", "inflight", "dead"]
@@ -102,6 +102,30 @@ def spec(
     else:
         check_flag(durable, "durable")
     return JobSpec(job, mode, ms, on_conflict, packed, durable)
+
+
+def spec_encoded(
+    task: Task | str,
+    args_json: str,
+    kwargs_json: str,
+    due: tuple[Mode, int],
+    *,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    visibility_timeout: float | None = None,
+) -> JobSpec:
+    """``spec()`` for a caller that encoded the arguments itself (each part as
+    ``wire.encode_args`` writes it: checked, no newline) and has its due time as
+    ``to_due`` / ``due_at`` give it. The Django Tasks backend, whose job's arguments wrap
+    its caller's, checks those once, as the caller's, and writes the rest around them."""
+    config = get_settings()
+    target = _target(task, queue, max_attempts, visibility_timeout, config)
+    check_size(args_json, kwargs_json, config.max_payload_bytes)
+    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt)
+    job_id = new_job_id()
+    queue = shard_for(target.queue, job_id) if target.sharded else target.queue
+    job = Job(id=job_id, queue=queue, task=target.name)
+    return JobSpec(job, due[0], due[1], "keep", packed, target.durable)
 
 
 @dataclass(frozen=True)
