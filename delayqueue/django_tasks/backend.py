@@ -8,15 +8,14 @@ state and its results hash (results.py). docs/tasks-backend.md says how to set i
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
-import delayqueue
 from delayqueue.conf import get_settings
 from delayqueue.django_tasks import results
 from delayqueue.django_tasks.compat import (
@@ -47,8 +46,11 @@ from delayqueue.django_tasks.task import (
 from delayqueue.engine.keys import JOB_ID, check_queue_name
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.task_results import astored_task_result, stored_task_result
-from delayqueue.errors import InvalidOption, InvalidQueueName, NotSerializable, PayloadTooLarge
-from delayqueue.producer.job_spec import Job
+from delayqueue.errors import InvalidOption, InvalidQueueName
+from delayqueue.producer.async_client import adelay_many
+from delayqueue.producer.client import delay_many
+from delayqueue.producer.due import Mode, due_at
+from delayqueue.producer.job_spec import Job, JobSpec, spec_encoded
 from delayqueue.validators import (
     check_flag,
     check_max_attempts,
@@ -121,54 +123,45 @@ class DelayQueueBackend(BaseTaskBackend):
                 check_queue_name(queue)
             except InvalidQueueName as exc:
                 raise InvalidTaskBackend(f"TASKS[{alias!r}]['QUEUES']: {exc}") from None
-        # The tasks this backend validated, by identity, with their own options. A Task is
-        # frozen and is validated when it is made (@task, .using(): Task.__post_init__), so
-        # one validated against this backend (whose settings are fixed) is still valid when
-        # it is enqueued, where Django's backends validate it again. Strong references: an
-        # id is not reused while it is remembered. At most VALIDATED_KEPT.
-        self._validated: dict[int, tuple[Task[Any, Any], TaskOptions]] = {}
+        # The tasks this backend validated, by identity, with what their jobs carry. A Task
+        # is frozen and is validated when it is made (@task, .using(): Task.__post_init__),
+        # so one validated against this backend (whose settings are fixed) is still valid
+        # when it is enqueued, where Django's backends validate it again. Strong references:
+        # an id is not reused while it is remembered. At most VALIDATED_KEPT.
+        self._validated: dict[int, TaskJobs] = {}
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         """Django's checks, then delayqueue's queue name rule and the task's own options."""
         self._validate(task)
 
-    def _validate(self, task: Task[Any, Any]) -> TaskOptions:
+    def _validate(self, task: Task[Any, Any]) -> TaskJobs:
         super().validate_task(task)
         try:
             check_queue_name(task.queue_name)
         except InvalidQueueName as exc:
             raise InvalidTask(str(exc)) from None
-        options = task_options(task)
+        jobs = TaskJobs.of(task, task_options(task), self.alias, self.config)
         if len(self._validated) >= VALIDATED_KEPT:
             self._validated.clear()
-        self._validated[id(task)] = (task, options)
-        return options
+        self._validated[id(task)] = jobs
+        return jobs
 
-    def _checked(self, task: Task[Any, Any]) -> TaskOptions:
-        """The task's own options; validated first unless this backend validated it."""
+    def _jobs_of(self, task: Task[Any, Any]) -> TaskJobs:
+        """What the task's jobs carry; the task validated first unless this backend did."""
         found = self._validated.get(id(task))
-        if found is not None and found[0] is task:
-            return found[1]
+        if found is not None and found.task is task:
+            return found
         return self._validate(task)
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
-        own = self._checked(task)
-        try:
-            job = delayqueue.enqueue(RUN_DJANGO_TASK, **self._job_call(task, own, args, kwargs))
-        except (NotSerializable, PayloadTooLarge):
-            _check_arguments(args, kwargs)  # the error, naming the caller's own arguments
-            raise
-        return self._enqueued(task, job, args, kwargs)
+        spec = self._jobs_of(task).spec(args, kwargs)
+        delay_many([spec], on_commit=self.config.on_commit)
+        return self._enqueued(task, spec.job, args, kwargs)
 
     async def aenqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
-        own = self._checked(task)
-        try:
-            call = self._job_call(task, own, args, kwargs)
-            job = await delayqueue.aenqueue(RUN_DJANGO_TASK, **call)
-        except (NotSerializable, PayloadTooLarge):
-            _check_arguments(args, kwargs)
-            raise
-        return self._enqueued(task, job, args, kwargs)
+        spec = self._jobs_of(task).spec(args, kwargs)
+        await adelay_many([spec], on_commit=self.config.on_commit)
+        return self._enqueued(task, spec.job, args, kwargs)
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
         queues = self._result_queues(result_id)
@@ -186,45 +179,13 @@ class DelayQueueBackend(BaseTaskBackend):
 
     # ----
 
-    def _job_call(
-        self, task: Task[Any, Any], own: TaskOptions, args: Any, kwargs: Any
-    ) -> dict[str, Any]:
-        """delayqueue.enqueue's arguments for a job of ``task``: its own retry options
-        (``own``) first, then the backend's OPTIONS."""
-        max_attempts, backoff, visibility_timeout = own
-        if max_attempts is None:
-            max_attempts = self.config.max_attempts
-        if backoff is None:
-            backoff = self.config.backoff
-        if visibility_timeout is None:
-            visibility_timeout = self.config.visibility_timeout
-        options: dict[str, Any] = {}
-        if self.alias != DEFAULT_BACKEND:
-            options[BACKEND] = self.alias
-        if task.priority:
-            options[PRIORITY] = task.priority
-        if self.config.result_ttl != DEFAULT_RESULT_TTL:
-            options[RESULT_TTL] = self.config.result_ttl
-        if backoff is not None:
-            options[BACKOFF] = backoff
-        return {
-            "args": [task.module_path, list(args), dict(kwargs)],
-            "kwargs": options,
-            "queue": task.queue_name,
-            "max_attempts": max_attempts,
-            "visibility_timeout": visibility_timeout,
-            "on_commit": self.config.on_commit,
-            **_due(task.run_after),
-        }
-
     def _enqueued(self, task: Task[Any, Any], job: Job, args: Any, kwargs: Any) -> TaskResult[Any]:
         """The READY result of a job just written (or to be written at commit), and
         ``task_enqueued``, sent once the job is in Redis: at commit when it waits for one,
         never on rollback."""
         result = results.make_result(
-            task, job.id, list(args), dict(kwargs), self.alias, TaskResultStatus.READY,
-            results.History(),
-        )  # fmt: skip
+            task, job.id, list(args), dict(kwargs), self.alias, TaskResultStatus.READY, None
+        )
 
         def send() -> None:
             task_enqueued.send(type(self), task_result=result)
@@ -243,17 +204,67 @@ class DelayQueueBackend(BaseTaskBackend):
         return [shard for queue in sorted(self.queues) for shard in shard_names(queue)]
 
 
-def _due(run_after: datetime | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TaskJobs:
+    """What every job of one task through one backend carries, worked out once, when the
+    backend validates the task: a job of ``delayqueue.run_django_task`` whose arguments are
+    the task's module path, its args and kwargs, and whose keywords (job_args.py) are the
+    task's options that are not the default. ``spec`` checks and encodes a call's own
+    arguments (errors name them: ``args[1]``, not the job's wrapping) and writes the rest
+    around them."""
+
+    task: Task[Any, Any]
+    head: str  # the job's arguments' JSON up to the call's own: '["module.path",'
+    options: str  # the keywords' JSON, "" when every one is the default
+    max_attempts: int | None  # its own (own options), else OPTIONS'; None: delayqueue's
+    visibility_timeout: float | None
+
+    @classmethod
+    def of(
+        cls, task: Task[Any, Any], own: TaskOptions, alias: str, config: BackendOptions
+    ) -> TaskJobs:
+        """The task's own retry options (``own``) first, then the backend's OPTIONS."""
+        max_attempts, backoff, visibility_timeout = own
+        if max_attempts is None:
+            max_attempts = config.max_attempts
+        if backoff is None:
+            backoff = config.backoff
+        if visibility_timeout is None:
+            visibility_timeout = config.visibility_timeout
+        options: dict[str, Any] = {}
+        if alias != DEFAULT_BACKEND:
+            options[BACKEND] = alias
+        if task.priority:
+            options[PRIORITY] = task.priority
+        if config.result_ttl != DEFAULT_RESULT_TTL:
+            options[RESULT_TTL] = config.result_ttl
+        if backoff is not None:
+            options[BACKOFF] = backoff
+        path_json, options_json = encode_args(
+            [task.module_path], options, get_settings().max_payload_bytes
+        )
+        return cls(task, path_json[:-1] + ",", options_json, max_attempts, visibility_timeout)
+
+    def spec(self, args: Any, kwargs: Any) -> JobSpec:
+        """The checked job of one call (NotSerializable, PayloadTooLarge, InvalidDelay)."""
+        args_json, kwargs_json = encode_args(args, kwargs, get_settings().max_payload_bytes)
+        return spec_encoded(
+            RUN_DJANGO_TASK,
+            f"{self.head}{args_json},{kwargs_json or '{}'}]",
+            self.options,
+            _due(self.task.run_after),
+            queue=self.task.queue_name,
+            max_attempts=self.max_attempts,
+            visibility_timeout=self.visibility_timeout,
+        )
+
+
+def _due(run_after: datetime | None) -> tuple[Mode, int]:
     """delayqueue's due time for ``run_after``: its millisecond, rounded up, so the job
-    never runs before it (delayqueue rounds an eta down to its millisecond; the half
-    millisecond added keeps float rounding from taking it below)."""
+    never runs before it; none: due now. A naive one (Django allows it when USE_TZ is
+    off) is in the current time zone, as Django reads naive datetimes."""
     if run_after is None:
-        return {"delay": 0}
-    whole_ms = math.ceil(run_after.microsecond / 1000) * 1000
-    return {"eta": run_after.replace(microsecond=0) + timedelta(microseconds=whole_ms + 500)}
-
-
-def _check_arguments(args: Any, kwargs: Any) -> None:
-    """Raise NotSerializable / PayloadTooLarge about the task's own arguments, alone (the
-    job's arguments wrap them: an error about those would name the wrapping)."""
-    encode_args(args, kwargs, get_settings().max_payload_bytes)
+        return "delay", 0
+    if run_after.utcoffset() is None:
+        run_after = timezone.make_aware(run_after)
+    return due_at(run_after, "run_after")

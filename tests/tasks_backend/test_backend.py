@@ -12,7 +12,7 @@ import asyncio
 import json
 import math
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -35,7 +35,7 @@ from delayqueue.engine.keys import (  # noqa: E402
     new_job_id,
     queue_keys,
 )
-from delayqueue.errors import NotSerializable, PayloadTooLarge  # noqa: E402
+from delayqueue.errors import InvalidDelay, NotSerializable, PayloadTooLarge  # noqa: E402
 from delayqueue.tasks_backend import DelayQueueBackend  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
@@ -117,6 +117,25 @@ def test_run_after_is_the_due_time_rounded_up_to_its_millisecond(r: redis.Redis)
     exact = run_after.replace(microsecond=250_000)
     result = tasks.add.using(run_after=exact).enqueue("exact", 1, 2)
     assert r.zscore(Q.scheduled, result.id) == ms(exact)
+
+
+def test_run_after_is_checked_against_max_delay_as_an_eta_is(r: redis.Redis) -> None:
+    for far in (timezone.now() + timedelta(days=3650), datetime(1, 1, 1, tzinfo=UTC)):
+        with pytest.raises(InvalidDelay, match="run_after is .* MAX_DELAY"):
+            tasks.add.using(run_after=far).enqueue("far", 1, 2)
+    assert r.zcard(Q.scheduled) == 0
+
+
+def test_a_naive_run_after_is_in_the_current_time_zone_when_use_tz_is_off(
+    r: redis.Redis,
+) -> None:
+    """Django's backends accept a naive run_after when USE_TZ is off (its validate_task);
+    it is read as Django reads naive datetimes, in the current time zone."""
+    aware = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
+    with override_settings(USE_TZ=False, TIME_ZONE="America/New_York"):
+        naive = aware.astimezone(timezone.get_current_timezone()).replace(tzinfo=None)
+        result = tasks.add.using(run_after=naive).enqueue("naive", 1, 2)
+    assert r.zscore(Q.scheduled, result.id) == ms(aware)
 
 
 def test_cancel_by_result_id_removes_the_job(r: redis.Redis) -> None:
@@ -267,6 +286,10 @@ def test_delayqueues_own_checks_of_the_arguments(r: redis.Redis) -> None:
     with override_settings(DELAYQUEUE={**_delayqueue_settings(), "MAX_PAYLOAD_BYTES": 100}):
         with pytest.raises(PayloadTooLarge):
             tasks.add.enqueue("x" * 200, 1, 2)
+        # the limit is the job's as stored: the caller's 94 bytes and the task's path
+        assert len(json.dumps(["x" * 86, 1, 2], separators=(",", ":"))) == 94
+        with pytest.raises(PayloadTooLarge, match="more than MAX_PAYLOAD_BYTES=100"):
+            tasks.add.enqueue("x" * 86, 1, 2)
     assert r.zcard(Q.scheduled) == 0
 
 
@@ -303,8 +326,11 @@ def own_options_task(func: Any, **options: Any) -> Any:
     else (Django 6.0) the backend's task class itself."""
     try:
         return compat.task(**options)(func)
-    except TypeError:
-        return DelayQueueTask(func=func, **options)
+    except TypeError:  # Django 6.0: its Task's fields have no defaults
+        return DelayQueueTask(
+            func=func, priority=0, backend="default", queue_name="default", run_after=None,
+            **options,
+        )  # fmt: skip
 
 
 def test_a_task_s_own_retry_options_go_with_its_job_over_the_backend_s(r: redis.Redis) -> None:
