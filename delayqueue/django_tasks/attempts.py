@@ -32,9 +32,9 @@ from delayqueue.django_tasks.compat import (
     task_finished,
     task_started,
 )
-from delayqueue.engine.keys import JobField, TaskResultField
+from delayqueue.engine.keys import TaskResultField
 from delayqueue.engine.shards import logical
-from delayqueue.engine.task_results import record_task_result, stored_task_result
+from delayqueue.engine.task_results import record_task_result, record_task_started
 from delayqueue.errors import DelayQueueError
 from delayqueue.wire import dispatch_headers
 
@@ -63,30 +63,25 @@ def run_attempt(
     if dispatch is None:
         return _call(task, None, args, kwargs)
     job_id = dispatch[1]
-    stored = stored_task_result([queue], job_id)
-    record = stored.record if stored is not None else {}
-    history = results.History.of(stored.result if stored is not None else {})
-    attempt = _number(record.get(JobField.ATTEMPTS), 1)
     started = timezone.now()
-    history.workers = [*history.workers, _worker_id(request)][-results.MAX_KEPT :]
-    history.started_at = history.started_at or started
-    history.last_attempted_at = started
-    record_task_result(
+    begun = record_task_started(
         queue,
         job_id,
-        {
+        now_ms=results.to_ms(started),
+        worker=_worker_id(request),
+        ttl_seconds=result_ttl,
+        kept=results.MAX_KEPT,
+        fields={
             TaskResultField.TASK: path,
             TaskResultField.ARGS: json.dumps(args),
             TaskResultField.KWARGS: json.dumps(kwargs),
             TaskResultField.BACKEND: backend,
             TaskResultField.PRIORITY: str(priority),
             TaskResultField.STATUS: TaskResultStatus.RUNNING.value,
-            TaskResultField.ATTEMPT: str(attempt),
-            **history.fields(),
         },
-        result_ttl,
-        clear=(TaskResultField.FINISHED, TaskResultField.RETURN),
     )
+    attempt = begun.attempt
+    history = results.History.of(begun.result)
     result = results.make_result(
         task, job_id, args, kwargs, backend, TaskResultStatus.RUNNING, history
     )
@@ -98,7 +93,7 @@ def run_attempt(
         finished = timezone.now()
         history.errors = [*history.errors, _error_of(exc)][-results.MAX_KEPT :]
         _record_outcome(queue, job_id, result_ttl, TaskResultStatus.FAILED, finished, history)
-        max_attempts = _number(record.get(JobField.MAX_ATTEMPTS), get_settings().max_attempts)
+        max_attempts = begun.max_attempts or get_settings().max_attempts
         if attempt >= max_attempts:  # delayqueue sends it to dead: it has finished
             history.finished_at = finished
             failed = results.make_result(
@@ -172,7 +167,3 @@ def _worker_id(request: Any) -> str:
     """The Celery worker's node name (``celery@host``), else this host and process."""
     hostname = getattr(request, "hostname", None)
     return str(hostname) if hostname else f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _number(value: str | None, default: int) -> int:
-    return int(value) if value and value.isascii() and value.isdigit() else default

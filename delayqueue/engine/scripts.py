@@ -52,6 +52,7 @@ class Scripts:
         self.plan_schedule: Script = client.register_script(load_source("plan_schedule"))
         self.fire: Script = client.register_script(load_source("fire"))
         self.unplan_schedule: Script = client.register_script(load_source("unplan_schedule"))
+        self.task_started: Script = client.register_script(load_source("task_started"))
 
     def __getitem__(self, name: str) -> Script:
         script: Script = getattr(self, name)

@@ -12,17 +12,27 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from redis.client import NEVER_DECODE
 from redis.exceptions import ResponseError
 
 from delayqueue.engine.async_clients import loop_clients
 from delayqueue.engine.clients import get_raw_redis, get_redis
-from delayqueue.engine.keys import STATES, JobField, QueueKeys, State, global_keys, queue_keys
+from delayqueue.engine.execution import run_direct
+from delayqueue.engine.keys import (
+    STATES,
+    JobField,
+    QueueKeys,
+    State,
+    TaskResultField,
+    global_keys,
+    queue_keys,
+)
 from delayqueue.engine.packing import job_fields
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.engine.registry import split_queue_names
+from delayqueue.engine.transitions import ScriptCall
 
 # What a result needs of the job's own record (its hash, or its packed spec).
 RECORD_FIELDS = (
@@ -170,3 +180,74 @@ def record_task_result(
         pipe.hset(key, mapping=cast(Any, dict(fields)))
         pipe.expire(key, ttl_seconds)
         pipe.execute()
+
+
+class TaskStarted(NamedTuple):
+    """What ``task_started`` found and wrote: the attempt (the job's, counted by claim), its
+    max attempts (None: not stored, the default applies) and the results hash's history
+    fields as written (``_STARTED_READ``; absent ones left out)."""
+
+    attempt: int
+    max_attempts: int | None
+    result: dict[str, str]
+
+
+# What task_started.lua reads back, in its reply's order.
+_STARTED_READ = (
+    TaskResultField.STARTED,
+    TaskResultField.LAST_ATTEMPT,
+    TaskResultField.WORKERS,
+    TaskResultField.ERRORS,
+)
+
+
+def task_started(
+    keys: QueueKeys,
+    job_id: str,
+    *,
+    now_ms: int,
+    worker: str,
+    ttl_seconds: int,
+    kept: int,
+    fields: Mapping[str, str],
+) -> ScriptCall[TaskStarted]:
+    """The call that records the start of an attempt of job ``job_id`` (lua/task_started.lua):
+    ``fields`` written, the attempt's number and ``worker`` added, its first start kept."""
+
+    def parse(reply: Any) -> TaskStarted:
+        attempt, stored_max, *values = (_text(v) for v in reply)
+        return TaskStarted(
+            int(attempt),
+            int(stored_max) if stored_max.isascii() and stored_max.isdigit() else None,
+            {name: value for name, value in zip(_STARTED_READ, values, strict=True) if value},
+        )
+
+    argv: list[Any] = [now_ms, worker, ttl_seconds, kept]
+    for field, value in fields.items():
+        argv += [field, value]
+    return ScriptCall(
+        "task_started",
+        [keys.task_result(job_id), keys.job(job_id)],
+        argv,
+        parse,
+        resend_safe=True,  # sent again, it finds its own attempt and start: nothing added
+    )
+
+
+def record_task_started(
+    queue: str,
+    job_id: str,
+    *,
+    now_ms: int,
+    worker: str,
+    ttl_seconds: int,
+    kept: int,
+    fields: Mapping[str, str],
+) -> TaskStarted:
+    """Run ``task_started`` for job ``job_id`` of ``queue``: one round trip, on the direct
+    connections (``run_direct``: the latency path, as ``begin``'s)."""
+    call = task_started(
+        queue_keys(queue), job_id, now_ms=now_ms, worker=worker, ttl_seconds=ttl_seconds,
+        kept=kept, fields=fields,
+    )  # fmt: skip
+    return run_direct(call, strict=False)

@@ -1,6 +1,6 @@
-"""Each typed wrapper of delayqueue.engine.transitions (and of engine.schedules) sends its
-script exactly the KEYS the script's header lists, in that order, and only resend-safe
-scripts say they are."""
+"""Each typed wrapper of delayqueue.engine.transitions (and of engine.schedules and
+engine.task_results) sends its script exactly the KEYS the script's header lists, in that
+order, and only resend-safe scripts say they are."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from delayqueue.engine import schedules, transitions
+from delayqueue.engine import schedules, task_results, transitions
 from delayqueue.engine.keys import QueueKeys
 
 SCRIPTS = Path(transitions.__file__).parent / "lua"
@@ -45,8 +45,12 @@ CALLS: dict[str, transitions.ScriptCall[Any]] = {
         KEYS, "<name>", seen_ms=1, next_ms=2, job_id=JOB, missed=0, skip=False, wake_horizon_ms=1
     ),
     "unplan_schedule": schedules.unplan(KEYS, "<name>", "pause"),
+    # a Django task's attempt (delayqueue.engine.task_results)
+    "task_started": task_results.task_started(
+        KEYS, JOB, now_ms=1, worker="w", ttl_seconds=1, kept=1, fields={}
+    ),
 }
-RESEND_SAFE = {"enqueue", "begin", "ack", "plan_schedule"}
+RESEND_SAFE = {"enqueue", "begin", "ack", "plan_schedule", "task_started"}
 
 
 def header_keys(script: str) -> list[str]:

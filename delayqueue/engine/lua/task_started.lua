@@ -1,0 +1,64 @@
+-- task_started: a Django task's job begins an attempt on the Celery worker
+-- (delayqueue/django_tasks/attempts.py). Its results hash says RUNNING, for the job's
+-- current attempt, on this worker, and the same step reads back what earlier attempts
+-- recorded there: the attempt's prelude is one round trip, not a read and then a write.
+-- The fields are TaskResultField's (delayqueue/engine/keys.py); the job's are JobField's.
+-- KEYS[1] the job's results hash        dq:{Q}:result:<id>
+-- KEYS[2] job hash                      dq:{Q}:job:<id>
+-- ARGV[1] now ms: the attempt's start (and the first attempt's, when none started before)
+-- ARGV[2] the Celery worker's id, appended to the workers (the last ARGV[4] kept)
+-- ARGV[3] ttl seconds of the results hash, from now
+-- ARGV[4] workers kept
+-- ARGV[5...] field, value pairs written as they are (status, task, args, kwargs, ...)
+-- Returns {the attempt (the job's attempts begun; 1 when it has none), its max attempts or
+-- "", then the results hash's started, last, workers and errors as written ("" when
+-- absent)}, all made UTF-8. A job hash that is not a hash reads as none. Safe to send twice.
+-- #include _bounds.lua
+-- #include _types.lua
+-- #include _utf8.lua
+local MAX_WORKERS_BYTES = 65536
+local now = number_in(ARGV[1], MIN_TIME_MS, MAX_TIME_MS)
+local ttl = number_in(ARGV[3], 1, 1e9)
+local kept = number_in(ARGV[4], 1, 1000)
+if not now or not ttl or not kept or #ARGV % 2 ~= 0 then
+  return redis.error_reply('ERR task_started: ARGV is now ms, worker, ttl s, kept, pairs')
+end
+local bad = wrong_type({KEYS[1], 'hash'})
+if bad then return bad end
+local job = hash_fields(KEYS[2], 'att', 'max') or {}
+-- The workers so far (a JSON list of str), this one appended; a stored list that is huge,
+-- not UTF-8 or not a JSON list of str starts afresh.
+local before = redis.call('HMGET', KEYS[1], 'workers', 'att', 'last')
+local earlier = {}
+local stored = before[1]
+if stored and #stored <= MAX_WORKERS_BYTES and utf8_text(stored) == stored then
+  local ok, decoded = pcall(cjson.decode, stored)
+  if ok and type(decoded) == 'table' then
+    for _, w in ipairs(decoded) do
+      if type(w) == 'string' then earlier[#earlier + 1] = w end
+    end
+  end
+end
+-- The attempt that writes the status: the job's, counted by claim (1 when it has none).
+local att = job[1]
+if not att or not string.match(att, '^%d+$') or #att > 15 then att = '1' end
+-- The same call sent again (the connection dropped before its reply) finds its own
+-- attempt and start written: its worker is not added twice.
+local resent = before[2] == att and before[3] == ARGV[1]
+local workers = {}
+local from = #earlier - kept + (resent and 1 or 2)
+for i = math.max(1, from), #earlier do workers[#workers + 1] = earlier[i] end
+if not resent or #workers == 0 then workers[#workers + 1] = utf8_text(ARGV[2]) end
+local fields = {'att', att, 'last', ARGV[1], 'workers', cjson.encode(workers)}
+for i = 5, #ARGV, 2 do
+  fields[#fields + 1] = ARGV[i]
+  fields[#fields + 1] = ARGV[i + 1]
+end
+redis.call('HDEL', KEYS[1], 'finished', 'ret')
+redis.call('HSETNX', KEYS[1], 'started', ARGV[1])
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('EXPIRE', KEYS[1], ttl)
+local written = redis.call('HMGET', KEYS[1], 'started', 'last', 'workers', 'errors')
+local found = {}
+for i, v in ipairs(written) do found[i] = v and utf8_text(v) or '' end
+return {att, utf8_text(job[2] or ''), found[1], found[2], found[3], found[4]}

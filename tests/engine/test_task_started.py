@@ -1,0 +1,96 @@
+"""``task_started.lua`` (a Django task's attempt begins: RUNNING, its worker, its times, in
+the same step as the read of what earlier attempts recorded), on the suite's Redis, with
+what it must survive: its own earlier writes, a results hash someone else wrote, a job
+that has no hash."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from delayqueue.engine.execution import run, run_direct
+from delayqueue.engine.keys import JobField, TaskResultField, queue_keys
+from delayqueue.engine.task_results import TaskStarted, task_started
+from delayqueue.errors import DelayQueueError
+
+Q = queue_keys("ts")
+JOB = "01JAAAAAAAAAAAAAAAAAAAAAAA"
+RESULT = Q.task_result(JOB)
+
+
+def start(now_ms: int, worker: str, kept: int = 3, **fields: str) -> TaskStarted:
+    call = task_started(
+        Q, JOB, now_ms=now_ms, worker=worker, ttl_seconds=60, kept=kept,
+        fields={TaskResultField.STATUS: "RUNNING", **fields},
+    )  # fmt: skip
+    return run_direct(call)
+
+
+def test_each_attempt_adds_its_worker_and_keeps_the_first_start(r: redis.Redis) -> None:
+    r.hset(Q.job(JOB), mapping={JobField.ATTEMPTS: "1", JobField.MAX_ATTEMPTS: "5"})
+    r.hset(RESULT, mapping={TaskResultField.FINISHED: "7", TaskResultField.RETURN: "1"})
+    first = start(1_000, "w1", task="t.path")
+    assert first.attempt == 1 and first.max_attempts == 5
+    assert first.result[TaskResultField.STARTED] == first.result[TaskResultField.LAST_ATTEMPT]
+    assert first.result[TaskResultField.STARTED] == "1000"
+    assert json.loads(first.result[TaskResultField.WORKERS]) == ["w1"]
+    stored = r.hgetall(RESULT)
+    assert TaskResultField.FINISHED not in stored  # a run before this one's outcome
+    assert TaskResultField.RETURN not in stored
+    assert stored[TaskResultField.TASK] == "t.path" and stored[TaskResultField.STATUS] == "RUNNING"
+    assert {k: stored[k] for k in first.result} == first.result and 0 < r.ttl(RESULT) <= 60
+    for attempt, worker in enumerate(["w2", "w3", "w4"], start=2):
+        r.hset(Q.job(JOB), JobField.ATTEMPTS, str(attempt))
+        later = start(1_000 * attempt, worker)
+        assert later.attempt == attempt and r.hget(RESULT, TaskResultField.ATTEMPT) == str(attempt)
+        assert later.result[TaskResultField.STARTED] == "1000"
+        assert later.result[TaskResultField.LAST_ATTEMPT] == str(1_000 * attempt)
+    assert json.loads(r.hget(RESULT, TaskResultField.WORKERS) or "") == ["w2", "w3", "w4"]
+    # the same call sent again (its reply was lost) adds nothing
+    again = start(4_000, "w4")
+    assert json.loads(again.result[TaskResultField.WORKERS]) == ["w2", "w3", "w4"]
+
+
+def test_what_it_reads_back_is_utf8_whatever_was_stored(r: redis.Redis) -> None:
+    """Its reply is read on the direct connections, which decode it: planted bytes that
+    are not UTF-8 come back escaped, never as a decoding error."""
+    r.hset(Q.job(JOB), mapping={JobField.ATTEMPTS: "2", JobField.MAX_ATTEMPTS: b"\xff"})
+    r.hset(RESULT, mapping={TaskResultField.ERRORS: b"[\xfe]", TaskResultField.STARTED: b"\xff"})
+    found = start(5, "w")
+    assert found.attempt == 2 and found.max_attempts is None
+    assert found.result[TaskResultField.ERRORS] == "[\\xfe]"
+
+
+@pytest.mark.parametrize(
+    "workers", ['{"a": 1}', "not json", '["ok", 5, null, "fine"]', '"w"', "[" * 70_000]
+)
+def test_a_workers_list_that_is_not_one_of_str_is_mended(r: redis.Redis, workers: str) -> None:
+    r.hset(RESULT, TaskResultField.WORKERS, workers)
+    found = json.loads(start(1, "me").result[TaskResultField.WORKERS])
+    assert found == (["ok", "fine", "me"] if workers.startswith('["ok"') else ["me"])
+
+
+def test_a_job_without_a_hash_is_attempt_1_with_the_default_max(r: redis.Redis) -> None:
+    assert start(1, "w")[:2] == (1, None)
+    r.set(Q.job(JOB), "not a hash")
+    r.hset(RESULT, TaskResultField.ATTEMPT, "9")
+    assert start(2, "w")[:2] == (1, None)
+    assert r.hget(RESULT, TaskResultField.ATTEMPT) == "1"
+
+
+def test_a_results_key_of_another_type_is_an_error_and_is_left_alone(r: redis.Redis) -> None:
+    r.set(RESULT, "someone else's")
+    with pytest.raises(DelayQueueError, match="WRONGTYPE"):
+        start(1, "w")
+    assert r.get(RESULT) == "someone else's"
+
+
+@pytest.mark.parametrize("bad", [{"now_ms": "soon"}, {"ttl_seconds": 0}, {"kept": 0}])
+def test_bad_arguments_write_nothing(r: redis.Redis, bad: dict[str, object]) -> None:
+    arguments: dict[str, object] = {"now_ms": 1, "ttl_seconds": 5, "kept": 2, **bad}
+    call = task_started(Q, JOB, worker="w", fields={}, **arguments)  # type: ignore[arg-type]
+    with pytest.raises(DelayQueueError, match="task_started"):
+        run(call, as_bytes=True)
+    assert not r.exists(RESULT)
