@@ -8,6 +8,7 @@ state and its results hash (results.py). docs/tasks-backend.md says how to set i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -240,9 +241,9 @@ class TaskJobs:
             options[RESULT_TTL] = config.result_ttl
         if backoff is not None:
             options[BACKOFF] = backoff
-        path_json, options_json = encode_args(
-            [task.module_path], options, get_settings().max_payload_bytes
-        )
+        # (no limit here: each call checks the whole job's size against MAX_PAYLOAD_BYTES,
+        # whose value may change after the task is made)
+        path_json, options_json = encode_args([task.module_path], options, sys.maxsize)
         return cls(task, path_json[:-1] + ",", options_json, max_attempts, visibility_timeout)
 
     def spec(self, args: Any, kwargs: Any) -> JobSpec:

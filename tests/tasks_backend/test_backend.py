@@ -290,6 +290,11 @@ def test_delayqueues_own_checks_of_the_arguments(r: redis.Redis) -> None:
         assert len(json.dumps(["x" * 86, 1, 2], separators=(",", ":"))) == 94
         with pytest.raises(PayloadTooLarge, match="more than MAX_PAYLOAD_BYTES=100"):
             tasks.add.enqueue("x" * 86, 1, 2)
+    # a task is made under a limit its path alone is past: each call is refused instead
+    with override_settings(DELAYQUEUE={**_delayqueue_settings(), "MAX_PAYLOAD_BYTES": 10}):
+        made = tasks.add.using(priority=8)
+        with pytest.raises(PayloadTooLarge):
+            made.enqueue("x", 1, 2)
     assert r.zcard(Q.scheduled) == 0
 
 
