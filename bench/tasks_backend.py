@@ -14,6 +14,8 @@ from bench.report import Figure
 from bench.throughput import Sizes
 from bench.timing import _lateness, _produce, eta_at, percentile
 
+ROUNDS = 5
+
 
 def _rate(count: int, call: object) -> float:
     started = time.perf_counter()
@@ -31,7 +33,9 @@ def tasks(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     later = datetime.now(UTC) + timedelta(hours=1)
     task = django_tasks.noop_task.using(run_after=later)
     ours, theirs = [], []
-    for _ in range(3):  # interleaved rounds; each side's best
+    # Interleaved rounds, each side's best: on a shared 2-core machine a round of either side
+    # may meet a neighbour's burst (3 rounds gave 0.74x to 0.87x over five runs).
+    for _ in range(ROUNDS):
         env.flush()
         theirs.append(_rate(count, lambda i: noop.delay_for(i, hours=1, on_commit=False)))
         env.flush()
@@ -40,7 +44,7 @@ def tasks(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     figures = [
         Figure("tasks", f"Task.enqueue(run_after=...) through the backend, {count:,} calls",
                max(ours), "calls/s", "delay_for, same run", max(theirs), "≥ 0.8x",
-               max(ours) >= 0.8 * max(theirs), {"rounds": 3})
+               max(ours) >= 0.8 * max(theirs), {"rounds": ROUNDS})
     ]  # fmt: skip
     env.start_celery()
     children = env.start_delay_workers(1, "bench")
