@@ -9,11 +9,16 @@ import json
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from delayqueue.engine.clients import get_raw_redis
 from delayqueue.engine.execution import run, run_direct
 from delayqueue.engine.keys import JobField, TaskResultField, queue_keys
 from delayqueue.engine.task_results import TaskStarted, task_started
 from delayqueue.errors import DelayQueueError
+from tests.support.corrupt import NOT_UTF8
+from tests.support.fuzzing import examples
 
 Q = queue_keys("ts")
 JOB = "01JAAAAAAAAAAAAAAAAAAAAAAA"
@@ -94,3 +99,48 @@ def test_bad_arguments_write_nothing(r: redis.Redis, bad: dict[str, object]) -> 
     with pytest.raises(DelayQueueError, match="task_started"):
         run(call, as_bytes=True)
     assert not r.exists(RESULT)
+
+
+STORED = [None, b"", b"x", NOT_UTF8, b"[]", b"{}", b"null", b'["a", 1, ["b"]]', b'"w"',
+          b"[" * 3000 + b"]" * 3000, b'["' + b"w" * 70_000 + b'"]', b'["a\\u00e9", "b"]',
+          b"1", b"999999999999999999", b"-1", b"nan", b"1000"]  # fmt: skip
+RESULT_FIELDS = ["workers", "att", "last", "started", "errors", "finished", "ret"]
+
+
+@pytest.mark.fuzz
+@settings(max_examples=examples(60))
+@given(
+    stored=st.fixed_dictionaries({name: st.sampled_from(STORED) for name in RESULT_FIELDS}),
+    job=st.fixed_dictionaries({"att": st.sampled_from(STORED), "max": st.sampled_from(STORED)}),
+    worker=st.text(max_size=20),
+    kept=st.integers(1, 5),
+    now_ms=st.sampled_from([1000, 1]),
+)
+def test_any_stored_history_gives_a_running_attempt_of_a_list_of_workers(
+    stored: dict[str, bytes | None],
+    job: dict[str, bytes | None],
+    worker: str,
+    kept: int,
+    now_ms: int,
+) -> None:
+    """Whatever the results hash and the job hash hold (planted, or cut off), the start is
+    recorded: RUNNING, a workers list of at most ``kept`` str that ends with this worker,
+    a first start, and a reply that decodes."""
+    raw = get_raw_redis()
+    raw.delete(RESULT, Q.job(JOB))
+    for name, value in stored.items():
+        if value is not None:
+            raw.hset(RESULT, name, value)
+    for name, value in job.items():
+        if value is not None:
+            raw.hset(Q.job(JOB), name, value)
+    found = start(now_ms, worker, kept=kept)
+    workers = json.loads(found.result[TaskResultField.WORKERS])
+    assert isinstance(workers, list) and 1 <= len(workers) <= kept
+    assert all(isinstance(w, str) for w in workers)
+    resent = stored["att"] == str(found.attempt).encode() and stored["last"] == str(now_ms).encode()
+    if not resent:
+        assert workers[-1] == worker
+    assert found.attempt >= 1 and TaskResultField.STARTED in found.result
+    assert raw.hget(RESULT, TaskResultField.STATUS) == b"RUNNING"
+    assert not raw.hexists(RESULT, TaskResultField.FINISHED)

@@ -28,7 +28,7 @@ if bad then return bad end
 local job = hash_fields(KEYS[2], 'att', 'max') or {}
 -- The workers so far (a JSON list of str), this one appended; a stored list that is huge,
 -- not UTF-8 or not a JSON list of str starts afresh.
-local before = redis.call('HMGET', KEYS[1], 'workers', 'att', 'last')
+local before = redis.call('HMGET', KEYS[1], 'workers', 'att', 'last', 'started')
 local earlier = {}
 local stored = before[1]
 if stored and #stored <= MAX_WORKERS_BYTES and utf8_text(stored) == stored then
@@ -55,7 +55,12 @@ for i = 5, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i + 1]
 end
 redis.call('HDEL', KEYS[1], 'finished', 'ret')
-redis.call('HSETNX', KEYS[1], 'started', ARGV[1])
+-- The first attempt's start stays; one that is no time (cut off, planted) is this one.
+local first = before[4]
+if not (first and string.match(first, '^%d+$') and #first <= 15) then
+  fields[#fields + 1] = 'started'
+  fields[#fields + 1] = ARGV[1]
+end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('EXPIRE', KEYS[1], ttl)
 local written = redis.call('HMGET', KEYS[1], 'started', 'last', 'workers', 'errors')
