@@ -93,7 +93,9 @@ def run_attempt(
         finished = timezone.now()
         history.errors = [*history.errors, _error_of(exc)][-results.MAX_KEPT :]
         _record_outcome(queue, job_id, result_ttl, TaskResultStatus.FAILED, finished, history)
-        max_attempts = begun.max_attempts or get_settings().max_attempts
+        max_attempts = begun.max_attempts
+        if max_attempts is None:
+            max_attempts = get_settings().max_attempts
         if attempt >= max_attempts:  # delayqueue sends it to dead: it has finished
             history.finished_at = finished
             failed = results.make_result(

@@ -263,7 +263,11 @@ def _json(stored: dict[str, str], name: str, default: Any) -> Any:
 
 
 def _time(stored: dict[str, str], name: str) -> datetime | None:
+    """A time field; None when it is none, or past what a datetime holds (year 9999)."""
     text = stored.get(name, "")
     if not (text.isascii() and text.isdigit() and len(text) <= 15):
         return None
-    return from_ms(int(text))
+    try:
+        return from_ms(int(text))
+    except (ValueError, OverflowError):
+        return None

@@ -184,8 +184,9 @@ def record_task_result(
 
 class TaskStarted(NamedTuple):
     """What ``task_started`` found and wrote: the attempt (the job's, counted by claim), its
-    max attempts (None: not stored, the default applies) and the results hash's history
-    fields as written (``_STARTED_READ``; absent ones left out)."""
+    max attempts (None: not stored, the default applies; 0: not readable, so fail.lua sends
+    the job to dead at its next failure) and the results hash's history fields as written
+    (``_STARTED_READ``; absent ones left out)."""
 
     attempt: int
     max_attempts: int | None
@@ -218,7 +219,7 @@ def task_started(
         attempt, stored_max, *values = (_text(v) for v in reply)
         return TaskStarted(
             int(attempt),
-            int(stored_max) if stored_max.isascii() and stored_max.isdigit() else None,
+            int(stored_max) if stored_max else None,
             {name: value for name, value in zip(_STARTED_READ, values, strict=True) if value},
         )
 
@@ -250,4 +251,4 @@ def record_task_started(
         queue_keys(queue), job_id, now_ms=now_ms, worker=worker, ttl_seconds=ttl_seconds,
         kept=kept, fields=fields,
     )  # fmt: skip
-    return run_direct(call, strict=False)
+    return run_direct(call, durable=False, strict=False)  # (best effort, as a result's)

@@ -64,7 +64,7 @@ def test_what_it_reads_back_is_utf8_whatever_was_stored(r: redis.Redis) -> None:
     r.hset(Q.job(JOB), mapping={JobField.ATTEMPTS: "2", JobField.MAX_ATTEMPTS: b"\xff"})
     r.hset(RESULT, mapping={TaskResultField.ERRORS: b"[\xfe]", TaskResultField.STARTED: b"\xff"})
     found = start(5, "w")
-    assert found.attempt == 2 and found.max_attempts is None
+    assert found.attempt == 2 and found.max_attempts == 0  # unreadable: dead at a failure
     assert found.result[TaskResultField.ERRORS] == "[\\xfe]"
 
 
@@ -103,7 +103,9 @@ def test_bad_arguments_write_nothing(r: redis.Redis, bad: dict[str, object]) -> 
 
 STORED = [None, b"", b"x", NOT_UTF8, b"[]", b"{}", b"null", b'["a", 1, ["b"]]', b'"w"',
           b"[" * 3000 + b"]" * 3000, b'["' + b"w" * 70_000 + b'"]', b'["a\\u00e9", "b"]',
-          b"1", b"999999999999999999", b"-1", b"nan", b"1000"]  # fmt: skip
+          b"1", b"999999999999999999", b"999999999999999", b"-1", b"nan", b"1000", b"1e3",
+          b"1000.5", b"0"]  # fmt: skip
+MAX_TIME_MS = 253_402_300_799_999  # the end of the year 9999
 RESULT_FIELDS = ["workers", "att", "last", "started", "errors", "finished", "ret"]
 
 
@@ -142,5 +144,10 @@ def test_any_stored_history_gives_a_running_attempt_of_a_list_of_workers(
     if not resent:
         assert workers[-1] == worker
     assert found.attempt >= 1 and TaskResultField.STARTED in found.result
+    started = found.result[TaskResultField.STARTED]  # a time a datetime holds
+    assert started.isdigit() and int(started) <= MAX_TIME_MS
+    # max attempts as fail.lua reads them: None for none stored, 0 for one it cannot read
+    readable = {None: None, b"1": 1, b"1000": 1000, b"1e3": 1000}
+    assert found.max_attempts == readable.get(job["max"], 0)
     assert raw.hget(RESULT, TaskResultField.STATUS) == b"RUNNING"
     assert not raw.hexists(RESULT, TaskResultField.FINISHED)

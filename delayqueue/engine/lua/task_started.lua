@@ -10,16 +10,24 @@
 -- ARGV[3] ttl seconds of the results hash, from now
 -- ARGV[4] workers kept
 -- ARGV[5...] field, value pairs written as they are (status, task, args, kwargs, ...)
--- Returns {the attempt (the job's attempts begun; 1 when it has none), its max attempts or
--- "", then the results hash's started, last, workers and errors as written ("" when
--- absent)}, all made UTF-8. A job hash that is not a hash reads as none. Safe to send twice.
+-- Returns {the attempt (the job's attempts begun; 1 when it has none), its max attempts
+-- ("": the default; "0": not readable, the job dies at its next failure), then the results
+-- hash's started, last, workers and errors as written ("" when absent)}, all made UTF-8. A
+-- job hash that is not a hash reads as none. Safe to send twice.
 -- #include _bounds.lua
 -- #include _types.lua
 -- #include _utf8.lua
 local MAX_WORKERS_BYTES = 65536
-local now = number_in(ARGV[1], MIN_TIME_MS, MAX_TIME_MS)
-local ttl = number_in(ARGV[3], 1, 1e9)
-local kept = number_in(ARGV[4], 1, 1000)
+-- An integer in [lo, hi], else nil (EXPIRE refuses a fraction, and a start that is no
+-- integer would be no time to the readers).
+local function whole(v, lo, hi)
+  local n = number_in(v, lo, hi)
+  if n and n == math.floor(n) and string.match(v, '^%-?%d+$') then return n end
+  return nil
+end
+local now = whole(ARGV[1], MIN_TIME_MS, MAX_TIME_MS)
+local ttl = whole(ARGV[3], 1, 1e9)
+local kept = whole(ARGV[4], 1, 1000)
 if not now or not ttl or not kept or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR task_started: ARGV is now ms, worker, ttl s, kept, pairs')
 end
@@ -45,6 +53,7 @@ if not att or not string.match(att, '^%d+$') or #att > 15 then att = '1' end
 -- The same call sent again (the connection dropped before its reply) finds its own
 -- attempt and start written: its worker is not added twice.
 local resent = before[2] == att and before[3] == ARGV[1]
+  and earlier[#earlier] == utf8_text(ARGV[2])
 local workers = {}
 local from = #earlier - kept + (resent and 1 or 2)
 for i = math.max(1, from), #earlier do workers[#workers + 1] = earlier[i] end
@@ -55,9 +64,9 @@ for i = 5, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i + 1]
 end
 redis.call('HDEL', KEYS[1], 'finished', 'ret')
--- The first attempt's start stays; one that is no time (cut off, planted) is this one.
-local first = before[4]
-if not (first and string.match(first, '^%d+$') and #first <= 15) then
+-- The first attempt's start stays; one that is no time (cut off, planted, past the year
+-- 9999) is this one.
+if not whole(before[4], 0, MAX_TIME_MS) then
   fields[#fields + 1] = 'started'
   fields[#fields + 1] = ARGV[1]
 end
@@ -66,4 +75,11 @@ redis.call('EXPIRE', KEYS[1], ttl)
 local written = redis.call('HMGET', KEYS[1], 'started', 'last', 'workers', 'errors')
 local found = {}
 for i, v in ipairs(written) do found[i] = v and utf8_text(v) or '' end
-return {att, utf8_text(job[2] or ''), found[1], found[2], found[3], found[4]}
+-- Max attempts as fail.lua reads them: "" when not stored (the default), "0" when not an
+-- integer in bounds (fail.lua sends the job to dead at its next failure).
+local max_text = ''
+if job[2] then
+  local n = max_attempts(job[2], nil)
+  max_text = n and string.format('%d', n) or '0'
+end
+return {att, max_text, found[1], found[2], found[3], found[4]}
