@@ -126,15 +126,15 @@ def test_run_after_is_checked_against_max_delay_as_an_eta_is(r: redis.Redis) -> 
     assert r.zcard(Q.scheduled) == 0
 
 
-def test_a_naive_run_after_is_in_the_current_time_zone_when_use_tz_is_off(
-    r: redis.Redis,
-) -> None:
+def test_a_naive_run_after_is_in_time_zone_when_use_tz_is_off(r: redis.Redis) -> None:
     """Django's backends accept a naive run_after when USE_TZ is off (its validate_task);
-    it is read as Django reads naive datetimes, in the current time zone."""
+    it is read as Django reads naive datetimes then, in TIME_ZONE, whatever time zone a
+    request activated."""
     aware = (timezone.now() + timedelta(hours=1)).replace(microsecond=0)
     with override_settings(USE_TZ=False, TIME_ZONE="America/New_York"):
-        naive = aware.astimezone(timezone.get_current_timezone()).replace(tzinfo=None)
-        result = tasks.add.using(run_after=naive).enqueue("naive", 1, 2)
+        naive = aware.astimezone(timezone.get_default_timezone()).replace(tzinfo=None)
+        with timezone.override("Asia/Tokyo"):
+            result = tasks.add.using(run_after=naive).enqueue("naive", 1, 2)
     assert r.zscore(Q.scheduled, result.id) == ms(aware)
 
 
@@ -221,6 +221,8 @@ def test_bad_data_in_redis_never_breaks_get_result(r: redis.Redis) -> None:
     fetched = compat.task_backends["default"].get_result(result.id)
     assert fetched.status == Status.READY and fetched.worker_ids == [] and fetched.errors == []
     assert fetched.started_at is None and fetched.last_attempted_at is None
+    r.hset(key, TaskResultField.STARTED, "999999999999999")  # ms in the year 33658
+    assert compat.task_backends["default"].get_result(result.id).started_at is None
     # a result whose task is gone, or whose key is of another type
     r.delete(key)
     r.set(key, "a string")
