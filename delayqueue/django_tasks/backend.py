@@ -47,10 +47,10 @@ from delayqueue.django_tasks.task import (
 from delayqueue.engine.keys import JOB_ID, check_queue_name
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.task_results import astored_task_result, stored_task_result
-from delayqueue.errors import InvalidDelay, InvalidOption, InvalidQueueName
+from delayqueue.errors import InvalidOption, InvalidQueueName
 from delayqueue.producer.async_client import adelay_many
 from delayqueue.producer.client import delay_many
-from delayqueue.producer.due import Mode, due_at
+from delayqueue.producer.due import Mode, due_at, is_naive
 from delayqueue.producer.job_spec import Job, JobSpec, spec_encoded
 from delayqueue.validators import (
     check_flag,
@@ -266,10 +266,6 @@ def _due(run_after: datetime | None) -> tuple[Mode, int]:
     off) is in TIME_ZONE, as Django reads naive datetimes then."""
     if run_after is None:
         return "delay", 0
-    try:
-        naive = run_after.utcoffset() is None
-    except Exception as exc:  # a tzinfo whose utcoffset() raises or returns nonsense
-        raise InvalidDelay(f"run_after's time zone has no valid offset: {exc}") from None
-    if naive:
+    if is_naive(run_after, "run_after"):
         run_after = timezone.make_aware(run_after, timezone.get_default_timezone())
     return due_at(run_after, "run_after")

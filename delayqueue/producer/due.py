@@ -61,13 +61,7 @@ def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode,
     if eta is not None:
         if not isinstance(eta, datetime):
             raise InvalidDelay(f"eta must be a datetime, not {type(eta).__name__}")
-        try:
-            naive = eta.tzinfo is None or eta.utcoffset() is None
-        except Exception as exc:  # a tzinfo whose utcoffset() raises or returns nonsense
-            raise InvalidDelay(
-                f"eta's time zone {shown(eta.tzinfo)} has no valid offset: {exc}"
-            ) from None
-        if naive:
+        if is_naive(eta, "eta"):
             raise InvalidDelay(
                 f"eta {eta.isoformat()} is naive; pass an aware datetime "
                 "(django.utils.timezone.now() + timedelta(...))"
@@ -98,6 +92,17 @@ def to_due(delay: float | timedelta | None, eta: datetime | None) -> tuple[Mode,
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
+
+
+def is_naive(moment: datetime, what: str) -> bool:
+    """Whether ``moment`` has no UTC offset; InvalidDelay naming it (``what``) when its
+    tzinfo cannot say (a ``utcoffset()`` that raises or returns nonsense)."""
+    try:
+        return moment.tzinfo is None or moment.utcoffset() is None
+    except Exception as exc:
+        raise InvalidDelay(
+            f"{what}'s time zone {shown(moment.tzinfo)} has no valid offset: {exc}"
+        ) from None
 
 
 def due_at(moment: datetime, what: str) -> tuple[Mode, int]:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import math
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import pytest
@@ -136,6 +136,24 @@ def test_a_naive_run_after_is_in_time_zone_when_use_tz_is_off(r: redis.Redis) ->
         with timezone.override("Asia/Tokyo"):
             result = tasks.add.using(run_after=naive).enqueue("naive", 1, 2)
     assert r.zscore(Q.scheduled, result.id) == ms(aware)
+
+
+class _NoOffset(tzinfo):
+    """A time zone whose offset cannot be read."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta:
+        raise RuntimeError("no offset here")
+
+
+def test_a_time_zone_that_cannot_give_its_offset_is_invalid_delay(r: redis.Redis) -> None:
+    """The same check as an eta's (delayqueue.producer.due.is_naive), naming run_after."""
+    broken = datetime(2030, 1, 1, tzinfo=_NoOffset())
+    with override_settings(USE_TZ=False):  # (Django's own check, under USE_TZ, raises first)
+        with pytest.raises(InvalidDelay, match="run_after's time zone .* no valid offset"):
+            tasks.add.using(run_after=broken).enqueue("broken", 1, 2)
+    with pytest.raises(InvalidDelay, match="eta's time zone .* no valid offset"):
+        delayqueue.enqueue("tests.support.jobs.record", eta=broken)
+    assert r.zcard(Q.scheduled) == 0
 
 
 def test_cancel_by_result_id_removes_the_job(r: redis.Redis) -> None:
