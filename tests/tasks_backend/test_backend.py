@@ -144,6 +144,12 @@ class _NoOffset(tzinfo):
     def utcoffset(self, dt: datetime | None) -> timedelta:
         raise RuntimeError("no offset here")
 
+    def dst(self, dt: datetime | None) -> timedelta:
+        return timedelta(0)
+
+    def tzname(self, dt: datetime | None) -> str:
+        return "nowhere"
+
 
 def test_a_time_zone_that_cannot_give_its_offset_is_invalid_delay(r: redis.Redis) -> None:
     """The same check as an eta's (delayqueue.producer.due.is_naive), naming run_after."""
