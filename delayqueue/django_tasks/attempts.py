@@ -32,9 +32,11 @@ from delayqueue.django_tasks.compat import (
     task_finished,
     task_started,
 )
-from delayqueue.engine.keys import TaskResultField
+from delayqueue.engine import task_results
+from delayqueue.engine.execution import run_direct
+from delayqueue.engine.keys import TaskResultField, queue_keys
 from delayqueue.engine.shards import logical
-from delayqueue.engine.task_results import record_task_result, record_task_started
+from delayqueue.engine.task_results import record_task_result
 from delayqueue.errors import DelayQueueError
 from delayqueue.wire import dispatch_headers
 
@@ -64,8 +66,10 @@ def run_attempt(
         return _call(task, None, args, kwargs)
     job_id = dispatch[1]
     started = timezone.now()
-    begun = record_task_started(
-        queue,
+    # one round trip, on the direct connections as the runner's begin; no replica WAIT (a
+    # result is best effort)
+    call = task_results.task_started(
+        queue_keys(queue),
         job_id,
         now_ms=results.to_ms(started),
         worker=_worker_id(request),
@@ -80,6 +84,7 @@ def run_attempt(
             TaskResultField.STATUS: TaskResultStatus.RUNNING.value,
         },
     )
+    begun = run_direct(call, durable=False, strict=False)
     attempt = begun.attempt
     history = results.History.of(begun.result)
     result = results.make_result(

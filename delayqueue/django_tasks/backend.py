@@ -185,8 +185,9 @@ class DelayQueueBackend(BaseTaskBackend):
         ``task_enqueued``, sent once the job is in Redis: at commit when it waits for one,
         never on rollback."""
         result = results.make_result(
-            task, job.id, list(args), dict(kwargs), self.alias, TaskResultStatus.READY, None
-        )
+            task, job.id, list(args), dict(kwargs), self.alias, TaskResultStatus.READY,
+            results.History(),
+        )  # fmt: skip
 
         def send() -> None:
             task_enqueued.send(type(self), task_result=result)

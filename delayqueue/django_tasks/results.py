@@ -143,16 +143,9 @@ def make_result(
     kwargs: dict[str, Any],
     backend: str,
     status: TaskResultStatus,
-    history: History | None,
+    history: History,
     return_value: Any = None,
 ) -> TaskResult[Any]:
-    """The result; ``history`` None: a job that has not run (what ``enqueue`` returns)."""
-    if history is None:
-        return TaskResult(
-            task=task, id=job_id, status=status, enqueued_at=id_time(job_id), started_at=None,
-            finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
-            backend=backend, errors=[], worker_ids=[],
-        )  # fmt: skip
     result: TaskResult[Any] = TaskResult(
         task=task,
         id=job_id,

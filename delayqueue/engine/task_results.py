@@ -19,7 +19,6 @@ from redis.exceptions import ResponseError
 
 from delayqueue.engine.async_clients import loop_clients
 from delayqueue.engine.clients import get_raw_redis, get_redis
-from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import (
     STATES,
     JobField,
@@ -233,22 +232,3 @@ def task_started(
         parse,
         resend_safe=True,  # sent again, it finds its own attempt and start: nothing added
     )
-
-
-def record_task_started(
-    queue: str,
-    job_id: str,
-    *,
-    now_ms: int,
-    worker: str,
-    ttl_seconds: int,
-    kept: int,
-    fields: Mapping[str, str],
-) -> TaskStarted:
-    """Run ``task_started`` for job ``job_id`` of ``queue``: one round trip, on the direct
-    connections (``run_direct``: the latency path, as ``begin``'s)."""
-    call = task_started(
-        queue_keys(queue), job_id, now_ms=now_ms, worker=worker, ttl_seconds=ttl_seconds,
-        kept=kept, fields=fields,
-    )  # fmt: skip
-    return run_direct(call, durable=False, strict=False)  # (best effort, as a result's)
