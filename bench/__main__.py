@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "--celery-ack-emulation",
         choices=("on", "off"),
         default="on" if default.ack_emulation else "off",
-        help="kombu's Redis ack emulation (broker_transport_options); off is the README's "
+        help="kombu's Redis ack emulation (broker_transport_options); off is docs/worker.md's "
         "recommendation for delayqueue's tasks, on is Celery's default",
     )
     options = parser.parse_args(argv)
