@@ -275,7 +275,7 @@ def test_the_schedules_page_fits_1280_pixels_with_every_column_visible(
     zones; each of the next runs is one line; the admin index leads to the page."""
     monkeypatch.setattr(registry, "_in_code", {})
     long_name = "customer-invoice-reminders-for-every-tenant-of-the-eu-region-on-weekdays"
-    declared = [
+    declared: list[tuple[str, dict[str, Any]]] = [
         (long_name, {"cron": "30 6 * * 1-5", "timezone": "America/Argentina/Buenos_Aires"}),
         ("x" * 70, {"every": 60}),  # one token with no punctuation: may wrap anywhere
         ("nightly-report", {"cron": "0 3 1,15 * *", "timezone": "Australia/Lord_Howe"}),
@@ -283,9 +283,10 @@ def test_the_schedules_page_fits_1280_pixels_with_every_column_visible(
     task = "tests.support.jobs.single_deadline_probe"
     for name, rule in declared:
         build = declaring._builder(task, (name, 0), None, "tests")
-        registry.add(declaring._declared(name, task, missed="once", source="code",
-                                         build=build, **{"cron": None, "every": None,
-                                                         "timezone": None, **rule}))  # fmt: skip
+        rule = {"cron": None, "every": None, "timezone": None, **rule}
+        registry.add(
+            declaring._declared(name, task, missed="once", source="code", build=build, **rule)
+        )
     planner.reconcile()
     every_minute = "x" * 70
     [stored] = engine_schedules.stored("tests", every_minute)
