@@ -54,7 +54,7 @@ NOT_RUN = {
 }
 # What a sample's run must end in, where that is not a plain return (page, a line of it).
 EXPECTED_ERROR = {
-    ("docs/topologies.md", "durable=True)   # one call"): delayqueue.NotDurable,  # no replica
+    ("docs/topologies.md", "minutes=30, durable=True)"): delayqueue.NotDurable,  # no replica
 }
 
 
