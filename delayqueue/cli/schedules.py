@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from delayqueue.errors import CorruptSchedule
 from delayqueue.services import schedules
 from delayqueue.services.schedules import ScheduleView
 
@@ -57,7 +58,10 @@ def act(action: str, name: str) -> tuple[bool, str]:
         done = schedules.pause(name)
         return done, f"schedule {name} paused" if done else f"schedule {name} was paused already"
     if action == "resume":
-        done = schedules.resume(name)
+        try:
+            done = schedules.resume(name)
+        except CorruptSchedule as exc:
+            return False, str(exc)
         return done, f"schedule {name} resumed" if done else f"schedule {name} was not paused"
     job_id = schedules.run_now(name)
     if job_id is None:
