@@ -70,7 +70,8 @@ def gone_result(r: redis.Redis, **fields: Any) -> str:
     delayqueue.cancel("default", result.id)
     base: dict[Any, Any] = {TaskResultField.TASK: ADD, TaskResultField.ARGS: '["h", 1, 2]',
             TaskResultField.STATUS: "SUCCESSFUL", TaskResultField.RETURN: "3"}  # fmt: skip
-    r.hset(Q.task_result(result.id), mapping={**base, **fields})
+    base.update(fields)
+    r.hset(Q.task_result(result.id), mapping=base)
     return str(result.id)
 
 
