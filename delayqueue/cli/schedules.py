@@ -54,14 +54,18 @@ def act(action: str, name: str) -> tuple[bool, str]:
     """(done, what to say) for pause / resume / run-now of schedule ``name``."""
     if schedules.find(name) is None:
         return False, f"there is no schedule named {name!r}"
+    try:
+        return _act(action, name)
+    except CorruptSchedule as exc:
+        return False, str(exc)
+
+
+def _act(action: str, name: str) -> tuple[bool, str]:
     if action == "pause":
         done = schedules.pause(name)
         return done, f"schedule {name} paused" if done else f"schedule {name} was paused already"
     if action == "resume":
-        try:
-            done = schedules.resume(name)
-        except CorruptSchedule as exc:
-            return False, str(exc)
+        done = schedules.resume(name)
         return done, f"schedule {name} resumed" if done else f"schedule {name} was not paused"
     job_id = schedules.run_now(name)
     if job_id is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.engine import queues as queue_reads
@@ -15,13 +15,15 @@ from delayqueue.engine.execution import run
 from delayqueue.engine.keys import JOB_ID, ScheduleField, new_job_id, queue_keys
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.registry import queue_names
-from delayqueue.errors import CorruptSchedule, RedisUnavailable
+from delayqueue.engine.transitions import ScriptCall
+from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable
 from delayqueue.periodic import planner
 from delayqueue.periodic.planner import RECORD_ERRORS
 from delayqueue.periodic.rules import EPOCH, upcoming
 from delayqueue.validators import shown
 
 NEXT_RUNS = 5
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -136,19 +138,42 @@ def _outcome(queue: str, job_id: str) -> str:
     return "done"
 
 
+def _with_record(name: str, act: str) -> schedules.StoredSchedule | None:
+    """The schedule ``name``; CorruptSchedule when it has no record (none, or a key of
+    another type), which no act can work on."""
+    stored = find(name)
+    if stored is not None and not stored.fields:
+        raise CorruptSchedule(
+            f"schedule {name} cannot be {act}: its record is missing or is no hash"
+        )
+    return stored
+
+
+def _on_record(call: ScriptCall[T], name: str, act: str) -> T:
+    """Run ``call`` on schedule ``name``'s record: a script that refuses the record (a key
+    of another type, a spec no build wrote) is CorruptSchedule; Redis refusing every write
+    (OOM, READONLY ..., its subclasses) is raised as it is."""
+    try:
+        return run(call)
+    except RedisError as exc:
+        if type(exc) is not RedisError:
+            raise
+        raise CorruptSchedule(f"schedule {name} cannot be {act}: {exc}") from None
+
+
 def pause(name: str) -> bool:
     """Stop the schedule (its next occurrence's job goes); True when it was running."""
-    stored = find(name)
+    stored = _with_record(name, "paused")
     if stored is None:
         return False
-    return run(schedules.unplan(queue_keys(stored.queue), name, "pause"))
+    return _on_record(schedules.unplan(queue_keys(stored.queue), name, "pause"), name, "paused")
 
 
 def resume(name: str) -> bool:
     """Plan a paused schedule's next occurrence after now; True when it was paused.
     CorruptSchedule when its record cannot be planned (its rule is no rule): it stays
     paused."""
-    stored = find(name)
+    stored = _with_record(name, "resumed")
     if stored is None or not stored.paused:
         return False
     spec = stored.get(ScheduleField.SPEC) or ""
@@ -160,7 +185,7 @@ def resume(name: str) -> bool:
         raise
     except RECORD_ERRORS as exc:
         raise CorruptSchedule(f"schedule {name} cannot be resumed: {exc}") from None
-    run(call)
+    _on_record(call, name, "resumed")
     return True
 
 
@@ -176,11 +201,12 @@ _PLANNED_FIELDS = {
 def run_now(name: str) -> str | None:
     """One extra run of the schedule's task now (the schedule's own occurrences go on as
     planned); the new job's id, None when there is no such schedule."""
-    stored = find(name)
+    stored = _with_record(name, "run now")
     spec = stored.get(ScheduleField.SPEC) if stored is not None else None
     if stored is None or not spec:
         return None
     job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec)
     keys = queue_keys(stored.queue)
-    [done] = run(transitions.enqueue(keys, [job], wake_horizon_ms=WAKE_HORIZON_MS))
+    call = transitions.enqueue(keys, [job], wake_horizon_ms=WAKE_HORIZON_MS)
+    [done] = _on_record(call, name, "run now")
     return done.id
