@@ -105,12 +105,13 @@ CORRUPTIONS = st.one_of(
 def declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Four schedules declared in code for this test alone."""
     monkeypatch.setattr(registry, "_in_code", {})
-    for name, rule in (
+    rules: list[tuple[str, dict[str, Any]]] = [
         ("every", {"every": 60}),
         ("cron", {"cron": "*/5 * * * *", "timezone": "Europe/Berlin", "missed": "all"}),
         ("skip", {"every": 3600, "missed": "skip"}),
         ("paused", {"every": 60}),
-    ):
+    ]
+    for name, rule in rules:
         build = declaring._builder(RECORD, (name,), None, Q)
         registry.add(
             declaring._declared(name, RECORD, cron=rule.get("cron"), every=rule.get("every"),
@@ -149,10 +150,8 @@ def plant(raw: redis.Redis) -> tuple[str, str]:
         planner.fire_due(Q, now_ms=seen + 1)
     schedule_service.pause("paused")
     for name in ("every", "cron", "skip"):  # due again, as a planted record would be
-        next_ms = str(raw.hget(keys.schedule(name), ScheduleField.NEXT), "ascii")
         raw.zadd(keys.schedules, {name: now - 10})
         raw.hset(keys.schedule(name), ScheduleField.NEXT, str(now - 10))
-        assert next_ms
     ours = delayqueue.enqueue(jobs.record, ["q"], delay=0, queue=Q, on_commit=False)
     other = delayqueue.enqueue(jobs.record, ["other"], delay=0, queue=OTHER, on_commit=False)
     return ours.id, other.id
@@ -220,10 +219,10 @@ def passes(parked: Celery, problems: list[str], rounds: int = 2) -> set[str]:
 
 def names_listed(raw: redis.Redis) -> list[str]:
     try:
-        found = raw.zrange(queue_keys(Q).schedules, 0, -1)
+        found: Any = raw.zrange(queue_keys(Q).schedules, 0, -1)
     except redis.ResponseError:
         return list(TAGS)
-    return [name.decode("utf-8", "backslashreplace") for name in found] + list(TAGS)
+    return [bytes(name).decode("utf-8", "backslashreplace") for name in found] + list(TAGS)
 
 
 def pages_and_acts(client: Client, raw: redis.Redis, problems: list[str]) -> None:
