@@ -169,7 +169,9 @@ def _upsert(
             run(schedules.unplan(queue_keys(stored.queue), item.name, "remove"))
     current = next((s for s in found if s.queue == queue), None)
     if current is not None and current.get(ScheduleField.FINGERPRINT) == print_:
-        if current.paused or current.get(ScheduleField.JOB):
+        # (a next occurrence that is no instant, planted or left behind, is planned again)
+        planned_well = current.next_ms is not None and 0 <= current.next_ms < INSTANT_LIMIT_MS
+        if current.paused or (current.get(ScheduleField.JOB) and planned_well):
             result.unchanged.append(item.name)
             return
     last = (instant(current.get(ScheduleField.LAST)) or 0) if current is not None else 0

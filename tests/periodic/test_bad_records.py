@@ -152,6 +152,21 @@ def test_a_record_the_reconcile_cannot_write_is_that_schedules_failure(
     assert "good" in done.failed and done.planned == ["other"]
 
 
+def test_the_next_start_heals_a_next_occurrence_that_is_no_instant_and_removes_a_planted_one(
+    r: redis.Redis, good: Callable[[str], None]
+) -> None:
+    good("good")
+    planner.reconcile()
+    keys = queue_keys(Q)
+    r.zadd(keys.schedules, {"good": float("-inf")})  # its record otherwise as planned
+    plant(r, "evil", float("-inf"))
+    done = planner.reconcile()
+    assert done.planned == ["good"] and done.removed == ["evil"]
+    score = r.zscore(keys.schedules, "good")
+    assert score is not None and 0 < score <= redis_ms(r) + 60_000
+    assert r.zscore(keys.schedules, "evil") is None
+
+
 # ---- the Schedules page and the command line -------------------------------------------
 
 PAGE_RECORDS: dict[str, tuple[dict[str, str], float | None]] = {
