@@ -90,6 +90,9 @@ def _view(stored: schedules.StoredSchedule) -> ScheduleView:
         missed=_int(get(ScheduleField.MISSED_COUNT)),
     )
     problems = []
+    next_ms = stored.next_ms
+    if not stored.paused and (next_ms is None or not 0 <= next_ms < planner.INSTANT_LIMIT_MS):
+        problems.append("its next occurrence is not an instant")
     last_job = get(ScheduleField.LAST_JOB) or None
     if last_job is not None and not JOB_ID.fullmatch(last_job):
         problems.append(f"its last job {shown(last_job)} is not a job id")

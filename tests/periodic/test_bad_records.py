@@ -249,3 +249,6 @@ def test_a_view_of_each_bad_record_names_its_problem(
     assert "last run" in str(views["huge-last"].problem)
     for name in ("score-1e17", "score-minus-1e15", "huge-every", "cron-past-9999"):
         assert views[name].problem and views[name].next_runs == [], name
+    r.zadd(queue_keys(Q).schedules, {"good": float("-inf")})
+    [view] = [view for view in schedule_service.all_schedules() if view.name == "good"]
+    assert view.problem == "its next occurrence is not an instant"
