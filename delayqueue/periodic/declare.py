@@ -16,6 +16,7 @@ from delayqueue.periodic import registry
 from delayqueue.periodic.rules import parse_rule
 from delayqueue.producer.decorator import DelayedTask, delayed_task
 from delayqueue.producer.job_spec import spec
+from delayqueue.validators import shown
 
 
 def _every_ms(every: float | timedelta | None) -> int | None:
@@ -36,6 +37,7 @@ def _declared(
     source: registry.Source,
     build: Callable[[], tuple[str, str]],
 ) -> registry.Declared:
+    registry.check_name(name)
     rule = parse_rule(cron=cron, every=every, timezone=timezone)  # InvalidOption when bad
     return registry.Declared(
         name=name,
@@ -82,6 +84,8 @@ def periodic_task(
     "once" (one run for all of them), "all" (each, up to 100), "skip" (none). ``args`` and
     ``kwargs`` are each occurrence's arguments; ``options`` are ``@delayed_task``'s (queue,
     max_attempts, backoff, visibility_timeout, ...)."""
+    if name is not None:
+        registry.check_name(name)
     parse_rule(cron=cron, every=every, timezone=timezone)  # fails here, at the decorator
     registry.check_missed(missed)
     if options.get("shards") is not None:
@@ -121,9 +125,11 @@ def from_settings() -> list[registry.Declared]:
         raise InvalidOption('DELAYQUEUE["SCHEDULES"] must be a dict of name -> schedule')
     found = []
     for name, entry in schedules.items():
-        where = f'DELAYQUEUE["SCHEDULES"][{name!r}]'
-        if not isinstance(name, str) or not name or len(name) > 200 or "\n" in name:
-            raise InvalidOption(f"{where}: a schedule's name is a line of 1 to 200 characters")
+        where = f'DELAYQUEUE["SCHEDULES"][{shown(name)}]'
+        try:
+            registry.check_name(name)
+        except InvalidOption as exc:
+            raise InvalidOption(f"{where}: {exc}") from None
         if not isinstance(entry, Mapping):
             raise InvalidOption(f"{where} must be a dict")
         unknown = set(entry) - SETTING_KEYS

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from delayqueue.errors import InvalidOption
+from delayqueue.validators import shown
 
 Missed = Literal["once", "all", "skip"]
 MISSED_POLICIES: tuple[Missed, ...] = ("once", "all", "skip")
 Source = Literal["code", "settings"]
+NAME_MAX_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,19 @@ class Declared:
 
 _in_code: dict[str, Declared] = {}
 _loaders: list[Callable[[], list[Declared]]] = []
+
+
+def check_name(name: object) -> str:
+    """A schedule's name, as ``@periodic_task(name=...)`` and ``DELAYQUEUE["SCHEDULES"]``
+    both take it: a str of 1 to NAME_MAX_CHARS printable characters (no line break, no
+    control or format character, which a log line, a page or a terminal would show as
+    something else); InvalidOption otherwise."""
+    if not isinstance(name, str) or not 0 < len(name) <= NAME_MAX_CHARS or not name.isprintable():
+        raise InvalidOption(
+            f"a schedule's name is a str of 1 to {NAME_MAX_CHARS} printable characters on "
+            f"one line, not {type(name).__name__} {shown(name)}"
+        )
+    return name
 
 
 def check_missed(value: object) -> Missed:
