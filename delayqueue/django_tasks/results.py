@@ -14,12 +14,14 @@ Status, by the job's state in delayqueue and what its last run recorded:
 Data in Redis that is not what delayqueue writes never raises anything else: a field that
 cannot be read is left out (and logged), errors and worker ids are cut as the attempts cut
 them when they write; a job whose task cannot be found is ``TaskResultDoesNotExist``,
-with the reason. A read never imports code named in Redis: the task is looked up among
-the modules this process has imported (``known_task``)."""
+with the reason. A read imports no code named in Redis beyond an installed app's modules:
+the task is looked up among the modules this process has imported, else in an installed
+app's package (``known_task``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import re
@@ -147,18 +149,40 @@ def import_task(path: str) -> Task[Any, Any]:
 
 def known_task(path: str) -> Task[Any, Any]:
     """The Django task at ``path`` among the modules this process has imported (any process
-    that made the task, to enqueue it or read its result, has); LookupError when there is
-    none. Nothing is imported: a path read from Redis names no code to run."""
+    that made the task, to enqueue it or read its result, has), else in a module of an
+    installed app's package (the project's own code, as Django's autodiscovery imports it);
+    LookupError when there is none. No other module is imported: a path read from Redis
+    names no code to run."""
     module_name, _, attribute = (
         path.rpartition(".") if len(path) <= MAX_NAME_CHARS else ("", "", "")
     )
-    module = sys.modules.get(module_name) if module_name and attribute else None
+    if not (module_name and attribute.isidentifier()):
+        raise LookupError("it is no module-level name")
+    module = sys.modules.get(module_name)
+    if module is None and _in_an_installed_app(module_name):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as error:  # the project's module fails to import: its problem
+            raise LookupError(f"its module cannot be imported ({type(error).__name__})") from None
     if module is None:
-        raise LookupError("no module of this process has that path (is it imported?)")
+        raise LookupError("no module of this process or of an installed app has that path")
     found = getattr(module, attribute, None)
     if not isinstance(found, Task):
         raise LookupError(f"it is a {type(found).__name__}, not a Django task (@task)")
     return found
+
+
+def _in_an_installed_app(module_name: str) -> bool:
+    """``module_name`` is a dotted path of identifiers inside an installed app's package."""
+    from django.apps import apps
+
+    parts = module_name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return False
+    return any(
+        module_name == config.name or module_name.startswith(config.name + ".")
+        for config in apps.get_app_configs()
+    )
 
 
 def rebuilt_task(

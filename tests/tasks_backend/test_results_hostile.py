@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -29,6 +30,7 @@ from delayqueue.engine.keys import TaskResultField, queue_keys  # noqa: E402
 from delayqueue.wire import decode_args  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
+from tests.support.processes import ROOT, child_env  # noqa: E402
 from tests.support.stored import stored_job  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -146,6 +148,35 @@ def test_a_path_that_names_no_task_of_this_process_is_never_imported(
         read(result_id)
     assert "tests.support.imported_on_read" not in sys.modules
     assert "tests.support.raises_at_import" not in sys.modules
+
+
+READ_IN_A_FRESH_PROCESS = """
+import sys, django
+django.setup()
+from delayqueue.django_tasks.compat import task_backends
+before = "orders_demo.tasks" in sys.modules
+result = task_backends["default"].get_result(sys.argv[1])
+print(before, result.status, result.task.name, result.return_value)
+"""
+
+
+def test_a_task_of_an_installed_app_is_read_in_a_process_that_never_imported_it(
+    r: redis.Redis,
+) -> None:
+    """A result names a task of an installed app (orders_demo): a process that has not
+    imported the task's module yet (a management command, another web process) reads it."""
+    result_id = gone_result(
+        r,
+        **{TaskResultField.TASK: "orders_demo.tasks.send_payment_reminder",
+           TaskResultField.ARGS: "[1]", TaskResultField.RETURN: '"reminded"'},
+    )  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", READ_IN_A_FRESH_PROCESS, result_id],
+        cwd=ROOT, env=child_env(DJANGO_SETTINGS_MODULE="tests.settings"),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "SUCCESSFUL", "send_payment_reminder", "reminded"]
 
 
 def test_errors_read_back_are_cut_as_an_attempt_cuts_them(r: redis.Redis) -> None:
