@@ -34,7 +34,7 @@ from delayqueue.django_tasks.compat import (
 )
 from delayqueue.engine import task_results
 from delayqueue.engine.execution import run_direct
-from delayqueue.engine.keys import TaskResultField, queue_keys
+from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.shards import logical
 from delayqueue.engine.task_results import record_task_result
 from delayqueue.errors import DelayQueueError
@@ -74,14 +74,12 @@ def run_attempt(
         worker=_worker_id(request),
         ttl_seconds=result_ttl,
         kept=results.MAX_KEPT,
-        fields={
-            TaskResultField.TASK: path,
-            TaskResultField.ARGS: json.dumps(args),
-            TaskResultField.KWARGS: json.dumps(kwargs),
-            TaskResultField.BACKEND: backend,
-            TaskResultField.PRIORITY: str(priority),
-            TaskResultField.STATUS: TaskResultStatus.RUNNING.value,
-        },
+        task=path,
+        args=json.dumps(args),
+        kwargs=json.dumps(kwargs),
+        backend=backend,
+        priority=str(priority),
+        status=TaskResultStatus.RUNNING.value,
     )
     begun = run_direct(call, durable=False, strict=False)
     attempt = begun.attempt
@@ -145,15 +143,11 @@ def _record_outcome(
     """Record how the attempt ended. A Redis that cannot take it now does not change the
     outcome: the job is acked or failed as the task returned or raised, and its result says
     RUNNING until it expires."""
-    fields = {
-        TaskResultField.STATUS: status.value,
-        TaskResultField.FINISHED: str(results.to_ms(finished)),
-        **history.fields(),
-    }
-    if returned is not None:
-        fields[TaskResultField.RETURN] = returned
     try:
-        record_task_result(queue, job_id, fields, result_ttl)
+        record_task_result(
+            queue, job_id, result_ttl, status=status.value, finished_ms=results.to_ms(finished),
+            returned=returned, **history.written(),
+        )  # fmt: skip
     except DelayQueueError as exc:
         logger.error("job %s on %s: its result (%s) could not be recorded: %s", job_id, queue,
                      status.value, exc)  # fmt: skip

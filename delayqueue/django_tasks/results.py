@@ -46,9 +46,8 @@ from delayqueue.django_tasks.job_args import (
     PRIORITY,
     RUN_DJANGO_TASK,
 )
-from delayqueue.engine.keys import JobField, TaskResultField
 from delayqueue.engine.shards import logical
-from delayqueue.engine.task_results import StoredTaskResult
+from delayqueue.engine.task_results import ResultFields, StoredTaskResult
 from delayqueue.errors import CorruptJob
 from delayqueue.validators import shown
 from delayqueue.wire import decode_args
@@ -77,9 +76,9 @@ class History:
     finished_at: datetime | None = None
 
     @classmethod
-    def of(cls, stored: dict[str, str]) -> History:
-        workers = _json(stored, TaskResultField.WORKERS, [])
-        errors = _json(stored, TaskResultField.ERRORS, [])
+    def of(cls, stored: ResultFields) -> History:
+        workers = _json(stored.workers, "workers", [])
+        errors = _json(stored.errors, "errors", [])
         return cls(
             workers=[
                 w[:MAX_NAME_CHARS]
@@ -91,22 +90,22 @@ class History:
                 for e in (errors[-MAX_KEPT:] if isinstance(errors, list) else [])
                 if isinstance(e, list) and len(e) == 2
             ],
-            started_at=_time(stored, TaskResultField.STARTED),
-            last_attempted_at=_time(stored, TaskResultField.LAST_ATTEMPT),
-            finished_at=_time(stored, TaskResultField.FINISHED),
+            started_at=_time(stored.started),
+            last_attempted_at=_time(stored.last_attempt),
+            finished_at=_time(stored.finished),
         )
 
-    def fields(self) -> dict[str, str]:
-        """The results hash's fields of the workers, errors, start and last start."""
-        fields = {
-            TaskResultField.WORKERS: json.dumps(self.workers),
-            TaskResultField.ERRORS: json.dumps([list(e) for e in self.errors]),
+    def written(self) -> dict[str, Any]:
+        """``record_task_result``'s arguments for the workers, errors, start and last
+        start."""
+        return {
+            "workers": json.dumps(self.workers),
+            "errors": json.dumps([list(e) for e in self.errors]),
+            "started_ms": None if self.started_at is None else to_ms(self.started_at),
+            "last_attempt_ms": (
+                None if self.last_attempted_at is None else to_ms(self.last_attempted_at)
+            ),
         }
-        if self.started_at is not None:
-            fields[TaskResultField.STARTED] = str(to_ms(self.started_at))
-        if self.last_attempted_at is not None:
-            fields[TaskResultField.LAST_ATTEMPT] = str(to_ms(self.last_attempted_at))
-        return fields
 
 
 def to_ms(moment: datetime) -> int:
@@ -250,7 +249,7 @@ def _from_stored(stored: StoredTaskResult, job_id: str) -> TaskResult[Any]:
     status = _status(stored)
     return_value = None
     if status == TaskResultStatus.SUCCESSFUL:
-        return_value = _json(stored.result, TaskResultField.RETURN, None)
+        return_value = _json(stored.result.returned, "return value", None)
     elif status == TaskResultStatus.FAILED:
         if stored.state == "dead" and stored.score:
             history.finished_at = read_ms(stored.score)
@@ -260,14 +259,13 @@ def _from_stored(stored: StoredTaskResult, job_id: str) -> TaskResult[Any]:
 
 
 def _status(stored: StoredTaskResult) -> TaskResultStatus:
-    recorded = stored.result.get(TaskResultField.STATUS)
+    recorded = stored.result.status
     if stored.state == "dead":
         return TaskResultStatus.FAILED
     if stored.state == "scheduled":
         return TaskResultStatus.READY
     if stored.state == "inflight":
-        current = stored.record.get(JobField.ATTEMPTS)
-        if current and current == stored.result.get(TaskResultField.ATTEMPT):
+        if stored.status_is_current:
             if recorded in (TaskResultStatus.RUNNING.value, TaskResultStatus.SUCCESSFUL.value):
                 return TaskResultStatus(recorded)
         return TaskResultStatus.READY
@@ -281,24 +279,22 @@ def _call_of(
 ) -> tuple[str, list[Any], dict[str, Any], str, int]:
     """(task path, args, kwargs, backend alias, priority) of the job: from its record while
     delayqueue holds one, else from its results hash."""
-    record, result = stored.record, stored.result
+    job, result = stored.job, stored.result
     try:
-        if JobField.ARGS in record:
-            if record.get(JobField.TASK) != RUN_DJANGO_TASK:
-                raise CorruptJob(f"it is a job of {record.get(JobField.TASK)!r}, not a Django task")
-            outer, options = decode_args(record[JobField.ARGS], record.get(JobField.KWARGS, ""))
+        if job.args is not None:
+            if job.task != RUN_DJANGO_TASK:
+                raise CorruptJob(f"it is a job of {job.task!r}, not a Django task")
+            outer, options = decode_args(job.args, job.kwargs or "")
             if len(outer) != 3:
                 raise CorruptJob("its arguments are not [task path, args, kwargs]")
             path, args, kwargs = outer
             backend = options.get(BACKEND, DEFAULT_BACKEND)
             priority = stored_priority(options.get(PRIORITY, DEFAULT_PRIORITY))
-        elif TaskResultField.TASK in result:
-            path = result[TaskResultField.TASK]
-            args, kwargs = decode_args(
-                result.get(TaskResultField.ARGS, "[]"), result.get(TaskResultField.KWARGS, "")
-            )
-            backend = result.get(TaskResultField.BACKEND, DEFAULT_BACKEND)
-            priority = stored_priority(result.get(TaskResultField.PRIORITY, "0"))
+        elif result.task is not None:
+            path = result.task
+            args, kwargs = decode_args(_or(result.args, "[]"), result.kwargs or "")
+            backend = _or(result.backend, DEFAULT_BACKEND)
+            priority = stored_priority(_or(result.priority, "0"))
         else:
             raise CorruptJob("neither its record nor its result names its task")
         if not (isinstance(path, str) and isinstance(args, list) and isinstance(kwargs, dict)):
@@ -327,8 +323,12 @@ def stored_priority(value: Any) -> int | None:
     return None
 
 
-def _json(stored: dict[str, str], name: str, default: Any) -> Any:
-    text = stored.get(name)
+def _or(value: str | None, absent: str) -> str:
+    """A stored field, or ``absent`` when it is not there (an empty one stays empty)."""
+    return absent if value is None else value
+
+
+def _json(text: str | None, name: str, default: Any) -> Any:
     if text is None:
         return default
     try:
@@ -338,9 +338,9 @@ def _json(stored: dict[str, str], name: str, default: Any) -> Any:
         return default
 
 
-def _time(stored: dict[str, str], name: str) -> datetime | None:
+def _time(text: str | None) -> datetime | None:
     """A time field; None when it is none, or past what a datetime holds (year 9999)."""
-    text = stored.get(name, "")
+    text = text or ""
     if not (text.isascii() and text.isdigit() and len(text) <= 15):
         return None
     try:

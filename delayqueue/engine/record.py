@@ -8,6 +8,7 @@ from typing import Any
 
 from delayqueue.engine.async_clients import loop_clients
 from delayqueue.engine.clients import get_raw_redis, get_redis
+from delayqueue.engine.decode import integer, text, text_fields
 from delayqueue.engine.keys import STATES, JobField, QueueKeys, State, queue_keys
 from delayqueue.engine.packing import job_fields
 from delayqueue.engine.reads import Reads
@@ -18,15 +19,71 @@ from delayqueue.engine.redis_errors import redis_errors
 
 @dataclass(frozen=True)
 class StoredJob:
-    """What Redis holds about one job, as stored: its hash, its packed spec, and its score
-    in each state's sorted set (None where it is not)."""
+    """One job as stored, read once: what it is (from its hash, under its packed spec's
+    parts when it has one) and what happened to it. A field that is absent is None; a number
+    that is not one is None; text that is not UTF-8 has its bytes escaped (``decode.text``)."""
 
-    hash: dict[bytes, bytes]
-    spec: bytes | None
+    task: str | None = None
+    args: str | None = None  # JSON list, as stored
+    kwargs: str | None = None  # JSON object, as stored
+    key: str | None = None  # the dedupe key
+    max_attempts: int | None = None
+    visibility_ms: int | None = None
+    attempts: int | None = None  # attempts begun
+    token: str | None = None  # the fencing token of its current dispatch
+    error: str | None = None  # the last failure's exception
+    traceback: str | None = None
+    reason: str | None = None  # why it died
+    history: str | None = None  # JSON list of its attempts, as stored
+    # a packed spec that could not be unpacked, as it is (its ``problem``)
+    raw: str | None = None
+    found: bool = False  # any of its data is there
+
+    @property
+    def problem(self) -> str | None:
+        return None if self.raw is None else "its packed spec cannot be unpacked"
+
+    @property
+    def args_or_raw(self) -> str | None:
+        """Its arguments as stored, or the spec it could not be unpacked from."""
+        return self.args if self.args is not None else self.raw
+
+
+def job_record(fields: dict[str, str]) -> StoredJob:
+    """The record of a job's fields (``packing.job_fields``)."""
+    get = fields.get
+    return StoredJob(
+        task=get(JobField.TASK),
+        args=get(JobField.ARGS),
+        kwargs=get(JobField.KWARGS),
+        key=get(JobField.KEY),
+        max_attempts=integer(get(JobField.MAX_ATTEMPTS)),
+        visibility_ms=integer(get(JobField.VISIBILITY_MS)),
+        attempts=integer(get(JobField.ATTEMPTS)),
+        token=get(JobField.TOKEN),
+        error=get(JobField.ERROR),
+        traceback=get(JobField.TRACEBACK),
+        reason=get(JobField.REASON),
+        history=get(JobField.HISTORY),
+        raw=get(JobField.RAW),
+        found=bool(fields),
+    )
+
+
+@dataclass(frozen=True)
+class JobOnRecord:
+    """Everything Redis holds about one job: its record and its score in each state's
+    sorted set (None where it is not)."""
+
+    job: StoredJob
     scores: dict[State, float | None]
 
+    @property
+    def state(self) -> State | None:
+        return next((s for s, score in self.scores.items() if score is not None), None)
 
-def stored_job(keys: QueueKeys, job_id: str, notes: list[str]) -> StoredJob:
+
+def stored_job(keys: QueueKeys, job_id: str, notes: list[str]) -> JobOnRecord:
     """One job's record and states, in one round trip (keys of the wrong type read as
     empty, with a note)."""
     member = job_id.encode()
@@ -37,7 +94,8 @@ def stored_job(keys: QueueKeys, job_id: str, notes: list[str]) -> StoredJob:
         for state in STATES:
             reads.add("zscore", keys.of_state(state), job_id, default=None)
         stored, spec, *scores = reads.run()
-    return StoredJob(stored, spec, dict(zip(STATES, scores, strict=True)))
+    fields = job_fields(text_fields(stored), None if spec is None else text(spec))
+    return JobOnRecord(job_record(fields), dict(zip(STATES, scores, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -76,14 +134,29 @@ def places_of(job_id: str, queues: list[str], notes: list[str]) -> list[Place]:
 # ---- fields of many jobs ----------------------------------------------------------------
 
 
-def fields_of(
-    keys: QueueKeys, members: list[bytes], names: tuple[str, ...], notes: list[str]
-) -> list[dict[str, str]]:
-    """The named fields of each job as text (any byte that is not UTF-8 escaped), from its
-    hash or its packed spec, in one round trip (a job key or specs bucket of the wrong type
-    reads as empty, with a note)."""
+# What a list row needs, and what names a job to a person.
+_ROW_FIELDS = (
+    JobField.TASK,
+    JobField.ARGS,
+    JobField.KWARGS,
+    JobField.KEY,
+    JobField.ATTEMPTS,
+    JobField.MAX_ATTEMPTS,
+    JobField.ERROR,
+    JobField.REASON,
+)
+_LABEL_FIELDS = (JobField.TASK, JobField.KEY)
+
+
+def jobs_of(
+    keys: QueueKeys, members: list[bytes], notes: list[str], *, labels_only: bool = False
+) -> list[StoredJob]:
+    """The records of many jobs, as a list row shows them (their task and dedupe key only
+    with ``labels_only``), from each one's hash or packed spec, in one round trip (a job key
+    or specs bucket of the wrong type reads as empty, with a note)."""
     if not members:
         return []
+    names = _LABEL_FIELDS if labels_only else _ROW_FIELDS
     with redis_errors():
         reads = Reads(get_raw_redis(), notes)
         for member in members:
@@ -92,14 +165,10 @@ def fields_of(
         replies = reads.run()
     found = []
     for values, spec in zip(replies[::2], replies[1::2], strict=True):
-        stored = {n: _text(v) for n, v in zip(names, values, strict=True) if v}
-        fields = job_fields(stored, None if spec is None else _text(spec))
-        found.append({name: fields[name] for name in names if name in fields})
+        stored = {n: text(v) for n, v in zip(names, values, strict=True) if v}
+        fields = job_fields(stored, None if spec is None else text(spec))
+        found.append(job_record({name: fields[name] for name in names if name in fields}))
     return found
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
 # ---- the task name of a job, wherever its record is -------------------------------------

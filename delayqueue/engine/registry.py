@@ -11,8 +11,10 @@ import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from delayqueue.engine.clients import get_raw_redis, get_redis, redis_now_ms
+from delayqueue.engine.decode import integer, text, text_fields
 from delayqueue.engine.keys import QUEUE_NAME, WorkerField, global_keys
 from delayqueue.engine.reads import Reads
 from delayqueue.engine.redis_errors import redis_errors
@@ -75,13 +77,33 @@ def is_registered(queue: str) -> bool:
 
 
 @dataclass(frozen=True)
-class WorkerEntry:
-    """One entry of the worker registry as stored: its id and last heartbeat in the sorted
-    set, and its hash (empty once the hash expired: the worker is gone)."""
+class WorkerRecord:
+    """One entry of the worker registry, read once: its id and last heartbeat in the sorted
+    set, and what its hash holds (``gone`` once the hash expired: the worker is gone). Text
+    that is not UTF-8 has its bytes escaped; a number that is not one is None."""
 
-    id: bytes
+    id: str
     listed_ms: float
-    fields: dict[bytes, bytes]
+    gone: bool
+    host: str = ""
+    pid: str = ""
+    queues: str = ""  # the queues it serves, comma-separated as stored
+    dispatched: int | None = None  # jobs handed to Celery since it started
+    beat_ms: int | None = None  # its last heartbeat, ms by Redis's clock
+
+
+def _worker_record(worker_id: bytes, listed_ms: float, stored: Any) -> WorkerRecord:
+    fields = text_fields(stored)
+    return WorkerRecord(
+        id=text(worker_id),
+        listed_ms=listed_ms,
+        gone=not fields,
+        host=fields.get(WorkerField.HOST, ""),
+        pid=fields.get(WorkerField.PID, ""),
+        queues=fields.get(WorkerField.QUEUES, ""),
+        dispatched=integer(fields.get(WorkerField.DISPATCHED)),
+        beat_ms=integer(fields.get(WorkerField.BEAT)),
+    )
 
 
 def record_heartbeat(worker_id: str, queues: Iterable[str], dispatched: int) -> None:
@@ -120,7 +142,7 @@ def remove_worker(worker_id: str) -> None:
         pipe.execute()
 
 
-def worker_entries(limit: int, notes: list[str] | None = None) -> list[WorkerEntry]:
+def worker_entries(limit: int, notes: list[str] | None = None) -> list[WorkerRecord]:
     """The ``limit`` most recent entries, newest heartbeat first, each with its hash."""
     g = global_keys()
     notes = [] if notes is None else notes
@@ -134,7 +156,7 @@ def worker_entries(limit: int, notes: list[str] | None = None) -> list[WorkerEnt
             reads.add("hgetall", g.worker("").encode() + worker_id, default={})
         hashes = reads.run()
     return [
-        WorkerEntry(worker_id, score, stored)
+        _worker_record(worker_id, score, stored)
         for (worker_id, score), stored in zip(listed, hashes, strict=True)
     ]
 

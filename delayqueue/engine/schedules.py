@@ -2,7 +2,7 @@
 unplan_schedule) and the reads of a queue's schedules. What a schedule is and when it fires
 is ``delayqueue.periodic``; this module only knows where it is kept and how it moves.
 
-A schedule lives in its queue's slot: the hash ``schedule:<name>`` (``keys.ScheduleField``)
+A schedule lives in its queue's slot: the hash ``schedule:<name>`` (``schedule_record.py``)
 and its entry in the queue's ``schedules`` zset, scored with its next occurrence. The next
 occurrence is always written as an ordinary scheduled job, so the delay worker claims it
 at its due time as any other job."""
@@ -10,13 +10,12 @@ at its due time as any other job."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from delayqueue.engine.clients import get_raw_redis
-from delayqueue.engine.keys import QueueKeys, ScheduleField, queue_keys
+from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.schedule_record import ScheduleDeclaration, ScheduleRecord, schedule_record
 from delayqueue.engine.transitions import ScriptCall
 
 
@@ -36,12 +35,13 @@ def plan(
     job_id: str,
     spec: str,
     wake_horizon_ms: int,
-    fields: Mapping[str, str],
+    declared: ScheduleDeclaration | None = None,
 ) -> ScriptCall[str]:
-    """Write the schedule's record and its next occurrence's job; the reply is the id of the
+    """Write the schedule's record (what ``declared`` says, when given: else its record
+    keeps what it holds) and its next occurrence's job; the reply is the id of the
     occurrence it replaced ("" when none)."""
     argv: list[Any] = [name, next_ms, job_id, spec, keys.wake, wake_horizon_ms]
-    for field, value in fields.items():
+    for field, value in (declared.fields() if declared is not None else {}).items():
         argv += [field, value]
     return ScriptCall(
         "plan_schedule",
@@ -102,21 +102,6 @@ def unplan(keys: QueueKeys, name: str, mode: Literal["pause", "remove"]) -> Scri
 # ---- reads -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StoredSchedule:
-    queue: str
-    name: str
-    next_ms: int | None  # None while paused
-    fields: dict[str, str]
-
-    def get(self, field: str) -> str | None:
-        return self.fields.get(field)
-
-    @property
-    def paused(self) -> bool:
-        return self.fields.get(ScheduleField.PAUSED) == "1"
-
-
 def _scored(found: Any) -> list[tuple[str, float]]:
     return [(_text(member), float(score)) for member, score in found]
 
@@ -135,7 +120,7 @@ def _ms(score: float) -> int | None:
     return int(score) if math.isfinite(score) else None
 
 
-def stored(queue: str, name: str | None = None) -> list[StoredSchedule]:
+def stored(queue: str, name: str | None = None) -> list[ScheduleRecord]:
     """The queue's schedules (or the one named), with their records, by next occurrence. A
     record that is not a hash reads as empty (the planner then cannot fire it, and says so)."""
     if name is not None:
@@ -154,7 +139,7 @@ def stored(queue: str, name: str | None = None) -> list[StoredSchedule]:
     ]
 
 
-def records(queue: str, names: list[str]) -> list[StoredSchedule | None]:
+def records(queue: str, names: list[str]) -> list[ScheduleRecord | None]:
     """The named schedules of ``queue`` with their records, in one round trip; None for one
     the queue holds no more."""
     keys = queue_keys(queue)
@@ -164,7 +149,7 @@ def records(queue: str, names: list[str]) -> list[StoredSchedule | None]:
             pipe.zscore(keys.schedules, name)
             pipe.hgetall(keys.schedule(name))
         replies = pipe.execute(raise_on_error=False) if names else []
-    found: list[StoredSchedule | None] = []
+    found: list[ScheduleRecord | None] = []
     for i, name in enumerate(names):
         score, record = replies[2 * i], replies[2 * i + 1]
         if score is None or isinstance(score, Exception):
@@ -174,9 +159,8 @@ def records(queue: str, names: list[str]) -> list[StoredSchedule | None]:
     return found
 
 
-def _stored(queue: str, name: str, score: float, record: Any) -> StoredSchedule:
-    fields = {_text(k): _text(v) for k, v in record.items()} if isinstance(record, dict) else {}
-    return StoredSchedule(queue, name, _ms(score), fields)
+def _stored(queue: str, name: str, score: float, record: Any) -> ScheduleRecord:
+    return schedule_record(queue, name, _ms(score), record)
 
 
 def queues_with_schedules(queues: list[str]) -> list[str]:

@@ -1,5 +1,5 @@
 """The results of Django Tasks jobs (``delayqueue/django_tasks/``): a job's results hash
-(``QueueKeys.task_result``, fields ``TaskResultField``) read in one round trip with what
+(``QueueKeys.task_result``, read into ``StoredTaskResult``) read in one round trip with what
 delayqueue itself holds about the job (its state, its score there, its record's task,
 arguments and attempts), and the results hash written with its TTL.
 
@@ -44,16 +44,68 @@ RECORD_FIELDS = (
 
 
 @dataclass(frozen=True)
+class ResultFields:
+    """A job's results hash, read once: each field as stored (text, any byte that is not
+    UTF-8 escaped; None where absent). Times are epoch ms; workers, errors and the return
+    value are JSON: what they hold is for the Django side to judge."""
+
+    task: str | None = None  # the Django task's module path
+    args: str | None = None  # JSON list
+    kwargs: str | None = None  # JSON object
+    backend: str | None = None  # the TASKS alias it was enqueued through
+    priority: str | None = None
+    status: str | None = None  # RUNNING, SUCCESSFUL or FAILED: what attempt ``attempt`` did
+    attempt: str | None = None  # the job's attempt that wrote ``status``
+    started: str | None = None  # its first attempt's start
+    last_attempt: str | None = None  # its last attempt's start
+    finished: str | None = None  # when the attempt of ``status`` ended
+    workers: str | None = None  # JSON list: the Celery worker of each attempt
+    errors: str | None = None  # JSON list of [exception class path, traceback]
+    returned: str | None = None  # JSON of the return value
+
+
+def result_fields(stored: Mapping[str, str]) -> ResultFields:
+    get = stored.get
+    return ResultFields(
+        task=get(TaskResultField.TASK),
+        args=get(TaskResultField.ARGS),
+        kwargs=get(TaskResultField.KWARGS),
+        backend=get(TaskResultField.BACKEND),
+        priority=get(TaskResultField.PRIORITY),
+        status=get(TaskResultField.STATUS),
+        attempt=get(TaskResultField.ATTEMPT),
+        started=get(TaskResultField.STARTED),
+        last_attempt=get(TaskResultField.LAST_ATTEMPT),
+        finished=get(TaskResultField.FINISHED),
+        workers=get(TaskResultField.WORKERS),
+        errors=get(TaskResultField.ERRORS),
+        returned=get(TaskResultField.RETURN),
+    )
+
+
+@dataclass(frozen=True)
+class ResultJob:
+    """What a result needs of the job's own record (its hash, or its packed spec), as
+    stored (None where absent)."""
+
+    task: str | None = None
+    args: str | None = None
+    kwargs: str | None = None
+
+
+@dataclass(frozen=True)
 class StoredTaskResult:
-    """What Redis holds about one job of a Django task: its results hash and its record's
-    ``RECORD_FIELDS`` (both as text, empty when absent), its state (None: in no state, or
-    gone) and its score there (the due time, the visibility deadline, when it died)."""
+    """What Redis holds about one job of a Django task: its results hash and its record,
+    its state (None: in no state, or gone) and its score there (the due time, the
+    visibility deadline, when it died)."""
 
     queue: str
-    result: dict[str, str]
-    record: dict[str, str]
+    result: ResultFields
+    job: ResultJob
     state: State | None
     score: float | None
+    # the job's attempt (counted by claim) is the one that wrote the result's status
+    status_is_current: bool = False
 
 
 def _commands(keys: QueueKeys, job_id: str) -> list[tuple[Any, ...]]:
@@ -94,12 +146,17 @@ def _parse(queue: str, replies: list[Any]) -> StoredTaskResult | None:
     state = next((s for s, score in zip(STATES, scores, strict=True) if score is not None), None)
     if not result_hash and not record and state is None:
         return None
+    result = {_text(k): _text(v) for k, v in result_hash.items()}
+    current = record.get(JobField.ATTEMPTS)
     return StoredTaskResult(
         queue=queue,
-        result={_text(k): _text(v) for k, v in result_hash.items()},
-        record={name: record[name] for name in RECORD_FIELDS if name in record},
+        result=result_fields(result),
+        job=ResultJob(
+            record.get(JobField.TASK), record.get(JobField.ARGS), record.get(JobField.KWARGS)
+        ),  # fmt: skip
         state=state,
         score=None if state is None else float(scores[STATES.index(state)]),
+        status_is_current=bool(current) and current == result.get(TaskResultField.ATTEMPT),
     )
 
 
@@ -164,19 +221,35 @@ def registered_queues() -> list[str]:
 def record_task_result(
     queue: str,
     job_id: str,
-    fields: Mapping[str, str],
     ttl_seconds: int,
     *,
-    clear: Collection[str] = (),
+    status: str,
+    finished_ms: int,
+    workers: str,
+    errors: str,
+    started_ms: int | None = None,
+    last_attempt_ms: int | None = None,
+    returned: str | None = None,
 ) -> None:
-    """Write ``fields`` into job ``job_id``'s results hash (deleting the ``clear`` ones
-    first) and give it ``ttl_seconds`` to live from now, in one round trip."""
+    """Write how an attempt of job ``job_id`` ended into its results hash (``workers``,
+    ``errors``, ``returned``: JSON; a start not given is left as it is) and give it
+    ``ttl_seconds`` to live from now, in one round trip."""
+    fields = {
+        TaskResultField.STATUS: status,
+        TaskResultField.FINISHED: str(finished_ms),
+        TaskResultField.WORKERS: workers,
+        TaskResultField.ERRORS: errors,
+    }
+    if started_ms is not None:
+        fields[TaskResultField.STARTED] = str(started_ms)
+    if last_attempt_ms is not None:
+        fields[TaskResultField.LAST_ATTEMPT] = str(last_attempt_ms)
+    if returned is not None:
+        fields[TaskResultField.RETURN] = returned
     key = queue_keys(queue).task_result(job_id)
     with redis_errors():
         pipe = get_redis().pipeline(transaction=False)
-        if clear:
-            pipe.hdel(key, *clear)
-        pipe.hset(key, mapping=cast(Any, dict(fields)))
+        pipe.hset(key, mapping=cast(Any, fields))
         pipe.expire(key, ttl_seconds)
         pipe.execute()
 
@@ -185,11 +258,11 @@ class TaskStarted(NamedTuple):
     """What ``task_started`` found and wrote: the attempt (the job's, counted by claim), its
     max attempts (None: not stored, the default applies; 0: not readable, so fail.lua sends
     the job to dead at its next failure) and the results hash's history fields as written
-    (``_STARTED_READ``; absent ones left out)."""
+    (``_STARTED_READ``; the others None)."""
 
     attempt: int
     max_attempts: int | None
-    result: dict[str, str]
+    result: ResultFields
 
 
 # What task_started.lua reads back, in its reply's order.
@@ -209,17 +282,33 @@ def task_started(
     worker: str,
     ttl_seconds: int,
     kept: int,
-    fields: Mapping[str, str],
+    task: str,
+    args: str,
+    kwargs: str,
+    backend: str,
+    priority: str,
+    status: str,
 ) -> ScriptCall[TaskStarted]:
     """The call that records the start of an attempt of job ``job_id`` (lua/task_started.lua):
-    ``fields`` written, the attempt's number and ``worker`` added, its first start kept."""
+    its task's path, arguments (JSON), backend alias, priority and status written, the
+    attempt's number and ``worker`` added, its first start kept."""
+    fields = {
+        TaskResultField.TASK: task,
+        TaskResultField.ARGS: args,
+        TaskResultField.KWARGS: kwargs,
+        TaskResultField.BACKEND: backend,
+        TaskResultField.PRIORITY: priority,
+        TaskResultField.STATUS: status,
+    }
 
     def parse(reply: Any) -> TaskStarted:
         attempt, stored_max, *values = (_text(v) for v in reply)
         return TaskStarted(
             int(attempt),
             int(stored_max) if stored_max else None,
-            {name: value for name, value in zip(_STARTED_READ, values, strict=True) if value},
+            result_fields(
+                {name: value for name, value in zip(_STARTED_READ, values, strict=True) if value}
+            ),
         )
 
     argv: list[Any] = [now_ms, worker, ttl_seconds, kept]

@@ -19,9 +19,10 @@ from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.engine import schedules
 from delayqueue.engine.clients import remember_queue
 from delayqueue.engine.execution import run, run_many
-from delayqueue.engine.keys import ScheduleField, queue_keys
+from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.registry import queue_names
+from delayqueue.engine.schedule_record import ScheduleDeclaration, ScheduleRecord
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import DelayQueueError, InvalidOption, RedisUnavailable
 from delayqueue.observability import events
@@ -47,10 +48,9 @@ MISSED_ALL_LIMIT = 100
 SKIP_AFTER_MS = 60_000
 
 
-def rule_of(record: dict[str, str]) -> Rule:
+def rule_of(record: ScheduleRecord) -> Rule:
     """The rule a schedule's record holds (any process can fire any schedule)."""
-    every = record.get(ScheduleField.EVERY_MS)
-    return _rule(record.get(ScheduleField.CRON), every, record.get(ScheduleField.TIMEZONE))
+    return _rule(record.cron, record.every_ms, record.timezone)
 
 
 _rules: dict[tuple[str | None, str | None, str | None], Rule] = {}
@@ -107,7 +107,7 @@ def reconcile() -> Reconciled:
         except RECORD_ERRORS as exc:
             _not_planned(result, item.name, exc)
     known = sorted(set(queue_names().names) | {queue for _, queue, _, _ in planned})
-    stored: dict[str, list[schedules.StoredSchedule]] = {}
+    stored: dict[str, list[ScheduleRecord]] = {}
     for queue in known:
         for found in _stored_on(queue):
             stored.setdefault(found.name, []).append(found)
@@ -133,7 +133,7 @@ def _not_planned(result: Reconciled, name: str, exc: BaseException) -> None:
     logger.error("schedule %s cannot be planned: %s", name, exc)
 
 
-def _stored_on(queue: str) -> list[schedules.StoredSchedule]:
+def _stored_on(queue: str) -> list[ScheduleRecord]:
     """The schedules ``queue`` holds; none when its schedules cannot be read (a key of the
     wrong type), which is said."""
     try:
@@ -160,7 +160,7 @@ def _upsert(
     spec: str,
     rule: Rule,
     now: int,
-    found: list[schedules.StoredSchedule],
+    found: list[ScheduleRecord],
     result: Reconciled,
 ) -> None:
     print_ = fingerprint(item, rule, spec)
@@ -168,34 +168,36 @@ def _upsert(
         if stored.queue != queue:  # moved to another queue: the old one goes
             run(schedules.unplan(queue_keys(stored.queue), item.name, "remove"))
     current = next((s for s in found if s.queue == queue), None)
-    if current is not None and current.get(ScheduleField.FINGERPRINT) == print_:
+    if current is not None and current.fingerprint == print_:
         # (a next occurrence that is no instant, planted or left behind, is planned again)
         planned_well = current.next_ms is not None and 0 <= current.next_ms < INSTANT_LIMIT_MS
-        if current.paused or (current.get(ScheduleField.JOB) and planned_well):
+        if current.paused or (current.job and planned_well):
             result.unchanged.append(item.name)
             return
-    last = (instant(current.get(ScheduleField.LAST)) or 0) if current is not None else 0
+    last = (instant(current.last) or 0) if current is not None else 0
     next_ms = rule.next_after(max(now, last))
     remember_queue(queue)
-    fields = {
-        ScheduleField.TASK: item.task,
-        ScheduleField.RULE: rule.written,
-        ScheduleField.CRON: item.cron or "",
-        ScheduleField.EVERY_MS: str(item.every_ms or ""),
-        ScheduleField.TIMEZONE: rule.timezone,
-        ScheduleField.FINGERPRINT: print_,
-        ScheduleField.MISSED: item.missed,
-        ScheduleField.SOURCE: item.source,
-    }
-    run(plan_call(queue, item.name, next_ms, spec, fields))
+    declared = ScheduleDeclaration(
+        task=item.task,
+        rule=rule.written,
+        cron=item.cron or "",
+        every_ms=str(item.every_ms or ""),
+        timezone=rule.timezone,
+        fingerprint=print_,
+        missed=item.missed,
+        source=item.source,
+    )
+    run(plan_call(queue, item.name, next_ms, spec, declared))
     if current is not None and current.paused:  # a changed paused schedule stays paused
         run(schedules.unplan(queue_keys(queue), item.name, "pause"))
     result.planned.append(item.name)
 
 
 def plan_call(
-    queue: str, name: str, next_ms: int, spec: str, fields: dict[str, str]
+    queue: str, name: str, next_ms: int, spec: str, declared: ScheduleDeclaration | None
 ) -> ScriptCall[str]:
+    """Plan the occurrence at ``next_ms``; ``declared``: what the record says of the
+    schedule (None: it keeps what it holds)."""
     return schedules.plan(
         queue_keys(queue),
         name,
@@ -203,7 +205,7 @@ def plan_call(
         job_id=occurrence_id(name, next_ms),
         spec=spec,
         wake_horizon_ms=WAKE_HORIZON_MS,
-        fields=fields,
+        declared=declared,
     )
 
 
@@ -288,13 +290,13 @@ def cannot_move_on(queue: str, name: str, exc: BaseException) -> None:
     logger.error("%s", problem)
 
 
-def _step(stored: schedules.StoredSchedule, seen: int | None, now: int) -> _Step:
+def _step(stored: ScheduleRecord, seen: int | None, now: int) -> _Step:
     """The step that moves ``stored`` on from the occurrence at ``seen``, by its policy for
     the occurrences that came and went meanwhile."""
     if seen is None or not 0 <= seen < INSTANT_LIMIT_MS:
         raise InvalidOption(f"its next occurrence ({seen} ms) is not an instant")
-    rule = rule_of(stored.fields)
-    policy = stored.get(ScheduleField.MISSED) or "once"
+    rule = rule_of(stored)
+    policy = stored.missed or "once"
     following = rule.next_after(seen)
     missed = 0
     skip = policy == "skip" and now - seen > min(SKIP_AFTER_MS, following - seen)

@@ -18,12 +18,11 @@ from delayqueue.engine.keys import (
     JOB_ID,
     QUEUE_NAME,
     STATES,
-    JobField,
     State,
     queue_keys,
 )
 from delayqueue.engine.reads import redis_now
-from delayqueue.services.display import Moment, integer, text
+from delayqueue.services.display import Moment, text
 
 Order = Literal["asc", "desc"]
 
@@ -34,18 +33,6 @@ PREVIEW_CHARS = 80
 ID_CHARS = 100  # most characters of a member that is no job id a list shows
 ERROR_CHARS = 160  # most characters of a dead job's error summary a list row shows
 LABEL_CHARS = 100  # most characters of a task name or dedupe key an action's message shows
-
-# Fields of a job hash a list row needs (see keys.py for all fields).
-_ROW_FIELDS = (
-    JobField.TASK,
-    JobField.ARGS,
-    JobField.KWARGS,
-    JobField.KEY,
-    JobField.ATTEMPTS,
-    JobField.MAX_ATTEMPTS,
-    JobField.ERROR,
-    JobField.REASON,
-)
 
 Entry = tuple[bytes, float]  # a zset member as stored, and its score
 
@@ -91,15 +78,12 @@ def job_labels(queue: str, ids: list[str]) -> dict[str, JobLabel]:
     """The task and dedupe key of each job id, in one round trip, shortened for a message."""
     if not ids:
         return {}
-    found = record.fields_of(
-        queue_keys(queue), [i.encode() for i in ids], (JobField.TASK, JobField.KEY), []
-    )
+    found = record.jobs_of(queue_keys(queue), [i.encode() for i in ids], [], labels_only=True)
     return {
         job_id: JobLabel(
-            error_summary(f.get(JobField.TASK, ""), LABEL_CHARS),
-            error_summary(f.get(JobField.KEY, ""), LABEL_CHARS),
+            error_summary(job.task or "", LABEL_CHARS), error_summary(job.key or "", LABEL_CHARS)
         )
-        for job_id, f in zip(ids, found, strict=True)
+        for job_id, job in zip(ids, found, strict=True)
     }
 
 
@@ -180,22 +164,22 @@ def error_summary(error: str, limit: int = ERROR_CHARS) -> str:
 
 def _rows(entries: list[Entry], page: JobPage) -> list[JobRow]:
     members = [member for member, _ in entries]
-    found = record.fields_of(queue_keys(page.queue), members, _ROW_FIELDS, page.notes)
+    found = record.jobs_of(queue_keys(page.queue), members, page.notes)
     rows = []
-    for (member, score), fields in zip(entries, found, strict=True):
+    for (member, score), job in zip(entries, found, strict=True):
         rows.append(
             JobRow(
                 id=text(member, ID_CHARS),
                 link_id=job_id_of(member),
                 at=Moment(score, page.now_ms),
-                task=fields.get(JobField.TASK, ""),
-                args_preview=_preview(fields.get(JobField.ARGS), fields.get(JobField.KWARGS)),
-                key=fields.get(JobField.KEY, ""),
-                attempts=integer(fields.get(JobField.ATTEMPTS)) or 0,
-                max_attempts=integer(fields.get(JobField.MAX_ATTEMPTS)),
-                reason=(fields.get(JobField.REASON) or "")[:1000],
-                error=error_summary(fields.get(JobField.ERROR) or ""),
-                missing=JobField.TASK not in fields,
+                task=job.task or "",
+                args_preview=_preview(job.args, job.kwargs),
+                key=job.key or "",
+                attempts=job.attempts or 0,
+                max_attempts=job.max_attempts,
+                reason=(job.reason or "")[:1000],
+                error=error_summary(job.error or ""),
+                missing=job.task is None,
             )
         )
     return rows
@@ -286,11 +270,9 @@ def _scan(result: JobPage) -> None:
         want = min(SCAN_CHUNK, SEARCH_WINDOW - scanned)
         entries = _range(scanned, scanned + want - 1, result)
         members = [member for member, _ in entries]
-        found = record.fields_of(
-            queue_keys(result.queue), members, (JobField.TASK, JobField.KEY), result.notes
-        )
-        for entry, fields in zip(entries, found, strict=True):
-            task, key = fields.get(JobField.TASK, ""), fields.get(JobField.KEY, "")
+        found = record.jobs_of(queue_keys(result.queue), members, result.notes, labels_only=True)
+        for entry, job in zip(entries, found, strict=True):
+            task, key = job.task or "", job.key or ""
             if task:
                 seen_tasks.add(task[:ID_CHARS])
             if result.task and task != result.task:

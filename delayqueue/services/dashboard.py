@@ -12,7 +12,7 @@ from typing import Any
 
 from delayqueue.engine import presence, registry
 from delayqueue.engine import queues as queue_state
-from delayqueue.engine.keys import STAT_FIELDS, WorkerField
+from delayqueue.engine.keys import STAT_FIELDS
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.shards import logical, shard_index
 from delayqueue.services.display import Moment, integer, text
@@ -189,20 +189,19 @@ def workers(notes: list[str] | None = None) -> tuple[list[WorkerInfo], int]:
     heartbeat hash has expired). A worker's hash expires ~30 s after its last heartbeat."""
     now = redis_now()
     alive, gone = [], 0
-    for entry in registry.worker_entries(MAX_WORKERS_SHOWN, notes):
-        if not entry.fields:
+    for worker in registry.worker_entries(MAX_WORKERS_SHOWN, notes):
+        if worker.gone:
             gone += 1
             continue
-        info = {text(name): text(value, FIELD_CHARS) for name, value in entry.fields.items()}
-        beat = integer(info.get(WorkerField.BEAT))
+        beat = worker.beat_ms
         alive.append(
             WorkerInfo(
-                id=text(entry.id, FIELD_CHARS),
-                host=info.get(WorkerField.HOST, ""),
-                pid=info.get(WorkerField.PID, ""),
-                queues=[q for q in info.get(WorkerField.QUEUES, "").split(",") if q],
-                dispatched=integer(info.get(WorkerField.DISPATCHED)) or 0,
-                beat=Moment(entry.listed_ms if beat is None else beat, now),
+                id=text(worker.id, FIELD_CHARS),
+                host=text(worker.host, FIELD_CHARS),
+                pid=text(worker.pid, FIELD_CHARS),
+                queues=[q for q in text(worker.queues, FIELD_CHARS).split(",") if q],
+                dispatched=worker.dispatched or 0,
+                beat=Moment(worker.listed_ms if beat is None else beat, now),
             )
         )
     return alive, gone

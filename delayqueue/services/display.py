@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.utils import dateformat, timezone
 
+from delayqueue.engine.decode import integer as integer
+
 DETAIL_CHARS = 100_000  # most characters of one stored value a page shows
-LARGEST_COUNT = 2**63  # Redis integers are 64-bit; anything larger was not written by us
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TEN_THOUSAND_YEARS_S = 10_000 * 365.25 * 86400
 _CROCKFORD = {c: i for i, c in enumerate("0123456789ABCDEFGHJKMNPQRSTVWXYZ")}
@@ -33,32 +33,6 @@ def text(value: bytes | str | None, limit: int | None = None) -> str:
     if limit is not None and len(shown) > limit:
         return f"{shown[:limit]}… ({len(shown) - limit:,} more characters not shown)"
     return shown
-
-
-def integer(value: Any) -> int | None:
-    """A stored counter, attempt or time as an int; None when it is not a finite number
-    within Redis's 64-bit range."""
-    if isinstance(value, bytes):
-        value = value.decode("ascii", "replace")
-    if isinstance(value, str):
-        if len(value) > 40:
-            return None
-        try:
-            return _bounded(int(value))
-        except ValueError:
-            try:
-                value = float(value)
-            except ValueError:
-                return None
-    if isinstance(value, bool | int):
-        return _bounded(int(value))
-    if isinstance(value, float) and math.isfinite(value):
-        return _bounded(int(value))
-    return None
-
-
-def _bounded(value: int) -> int | None:
-    return value if -LARGEST_COUNT <= value <= LARGEST_COUNT else None
 
 
 def ulid_ms(job_id: str) -> int | None:

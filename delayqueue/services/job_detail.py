@@ -8,8 +8,7 @@ import json
 from dataclasses import dataclass, field
 
 from delayqueue.engine import record
-from delayqueue.engine.keys import STATES, JobField, State, queue_keys
-from delayqueue.engine.packing import job_fields
+from delayqueue.engine.keys import State, queue_keys
 from delayqueue.engine.reads import redis_now
 from delayqueue.services.display import DETAIL_CHARS, Moment, integer, text, ulid_ms
 
@@ -103,42 +102,35 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
     notes: list[str] = []
     now = redis_now()
     found = record.stored_job(keys, job_id, notes)
-    stored, spec, scores = found.hash, found.spec, list(found.scores.values())
-    hash_fields = {text(name): text(value) for name, value in stored.items()}
-    fields = job_fields(hash_fields, None if spec is None else text(spec))
-    state = next((s for s, score in zip(STATES, scores, strict=True) if score is not None), None)
-    if not fields and state is None and not notes:
+    job, state = found.job, found.state
+    if not job.found and state is None and not notes:
         return None
-    score = scores[STATES.index(state)] if state else None
-    args, args_ok = _pretty(fields.get(JobField.ARGS, fields.get(JobField.RAW)), "[]")
-    kwargs, kwargs_ok = _pretty(fields.get(JobField.KWARGS), "{}")
-    history, history_ok = _history(fields.get(JobField.HISTORY), now)
+    score = found.scores[state] if state else None
+    args, args_ok = _pretty(job.args_or_raw, "[]")
+    kwargs, kwargs_ok = _pretty(job.kwargs, "{}")
+    history, history_ok = _history(job.history, now)
     created = ulid_ms(job_id)
-
-    def shown(name: str) -> str:
-        return text(fields.get(name, ""), DETAIL_CHARS)
-
     return JobDetail(
         queue=queue,
         id=job_id,
         state=state,
         at=Moment(score, now) if score is not None else None,
         now_ms=now,
-        task=shown(JobField.TASK),
+        task=text(job.task, DETAIL_CHARS),
         args=args,
         kwargs=kwargs,
         args_valid=args_ok and kwargs_ok,
-        key=shown(JobField.KEY),
-        attempts=integer(fields.get(JobField.ATTEMPTS)) or 0,
-        max_attempts=integer(fields.get(JobField.MAX_ATTEMPTS)),
-        visibility_ms=integer(fields.get(JobField.VISIBILITY_MS)),
+        key=text(job.key, DETAIL_CHARS),
+        attempts=job.attempts or 0,
+        max_attempts=job.max_attempts,
+        visibility_ms=job.visibility_ms,
         created=Moment(created, now) if created is not None else None,
-        token=shown(JobField.TOKEN),
-        error=shown(JobField.ERROR),
-        traceback=shown(JobField.TRACEBACK),
-        reason=shown(JobField.REASON),
+        token=text(job.token, DETAIL_CHARS),
+        error=text(job.error, DETAIL_CHARS),
+        traceback=text(job.traceback, DETAIL_CHARS),
+        reason=text(job.reason, DETAIL_CHARS),
         history=history,
         history_valid=history_ok,
-        missing=not fields,
+        missing=not job.found,
         notes=notes,
     )

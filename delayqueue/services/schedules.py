@@ -12,9 +12,10 @@ from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.engine import queues as queue_reads
 from delayqueue.engine import schedules, transitions
 from delayqueue.engine.execution import run
-from delayqueue.engine.keys import JOB_ID, ScheduleField, new_job_id, queue_keys
+from delayqueue.engine.keys import JOB_ID, new_job_id, queue_keys
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.registry import queue_names
+from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable
 from delayqueue.periodic import planner
@@ -50,13 +51,6 @@ def _at(ms: int) -> datetime:
     return EPOCH + timedelta(milliseconds=ms)
 
 
-def _int(value: str | None) -> int:
-    try:
-        return int(value or 0)
-    except ValueError:
-        return 0
-
-
 def all_schedules() -> list[ScheduleView]:
     """Every schedule of every known queue, by name."""
     found = []
@@ -65,44 +59,43 @@ def all_schedules() -> list[ScheduleView]:
     return sorted(found, key=lambda view: view.name)
 
 
-def find(name: str) -> schedules.StoredSchedule | None:
+def find(name: str) -> ScheduleRecord | None:
     for queue in schedules.queues_with_schedules(queue_names().names):
         for stored in schedules.stored(queue, name):
             return stored
     return None
 
 
-def _view(stored: schedules.StoredSchedule) -> ScheduleView:
+def _view(stored: ScheduleRecord) -> ScheduleView:
     """What the page and the command line show of ``stored``: a record that cannot be read
     in full (a rule that is no rule, an instant past the year 9999, a last job that is no
     job id) shows what can be read, and its ``problem``."""
-    get = stored.fields.get
     base = ScheduleView(
         queue=stored.queue,
         name=stored.name,
-        task=get(ScheduleField.TASK) or "?",
-        rule=get(ScheduleField.RULE) or "?",
+        task=stored.task or "?",
+        rule=stored.rule or "?",
         rule_in_words="?",
-        timezone=get(ScheduleField.TIMEZONE) or "?",
+        timezone=stored.timezone or "?",
         paused=stored.paused,
-        source=get(ScheduleField.SOURCE) or "?",
-        fired=_int(get(ScheduleField.FIRED)),
-        missed=_int(get(ScheduleField.MISSED_COUNT)),
+        source=stored.source or "?",
+        fired=stored.fired,
+        missed=stored.missed_count,
     )
     problems = []
     next_ms = stored.next_ms
     if not stored.paused and (next_ms is None or not 0 <= next_ms < planner.INSTANT_LIMIT_MS):
         problems.append("its next occurrence is not an instant")
-    last_job = get(ScheduleField.LAST_JOB) or None
+    last_job = stored.last_job or None
     if last_job is not None and not JOB_ID.fullmatch(last_job):
         problems.append(f"its last job {shown(last_job)} is not a job id")
         last_job = None
-    last_ms = planner.instant(get(ScheduleField.LAST))
-    if get(ScheduleField.LAST) and last_ms is None:
-        problems.append(f"its last run {shown(get(ScheduleField.LAST))} is not an instant")
+    last_ms = planner.instant(stored.last)
+    if stored.last and last_ms is None:
+        problems.append(f"its last run {shown(stored.last)} is not an instant")
     try:
         last_run = _at(last_ms) if last_ms else None
-        rule = planner.rule_of(stored.fields)
+        rule = planner.rule_of(stored)
         in_words = rule.describe()
         runs = []
         if stored.next_ms is not None:
@@ -141,11 +134,11 @@ def _outcome(queue: str, job_id: str) -> str:
     return "done"
 
 
-def _with_record(name: str, act: str) -> schedules.StoredSchedule | None:
+def _with_record(name: str, act: str) -> ScheduleRecord | None:
     """The schedule ``name``; CorruptSchedule when it has no record (none, or a key of
     another type), which no act can work on."""
     stored = find(name)
-    if stored is not None and not stored.fields:
+    if stored is not None and not stored.found:
         raise CorruptSchedule(
             f"schedule {name} cannot be {act}: its record is missing or is no hash"
         )
@@ -179,11 +172,11 @@ def resume(name: str) -> bool:
     stored = _with_record(name, "resumed")
     if stored is None or not stored.paused:
         return False
-    spec = stored.get(ScheduleField.SPEC) or ""
-    fields = {k: v for k, v in stored.fields.items() if k not in _PLANNED_FIELDS}
+    spec = stored.spec or ""
     try:
-        next_ms = planner.rule_of(stored.fields).next_after(redis_now())
-        call = planner.plan_call(stored.queue, name, next_ms, spec, fields)
+        next_ms = planner.rule_of(stored).next_after(redis_now())
+        # (the record keeps its rule, its counts and its last run: only the plan is new)
+        call = planner.plan_call(stored.queue, name, next_ms, spec, None)
     except RedisUnavailable:
         raise
     except RECORD_ERRORS as exc:
@@ -192,20 +185,11 @@ def resume(name: str) -> bool:
     return True
 
 
-_PLANNED_FIELDS = {
-    ScheduleField.NEXT,
-    ScheduleField.JOB,
-    ScheduleField.SPEC,
-    ScheduleField.NAME,
-    ScheduleField.PAUSED,
-}
-
-
 def run_now(name: str) -> str | None:
     """One extra run of the schedule's task now (the schedule's own occurrences go on as
     planned); the new job's id, None when there is no such schedule."""
     stored = _with_record(name, "run now")
-    spec = stored.get(ScheduleField.SPEC) if stored is not None else None
+    spec = stored.spec if stored is not None else None
     if stored is None or not spec:
         return None
     job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec)

@@ -25,10 +25,10 @@ JOB = "01JAAAAAAAAAAAAAAAAAAAAAAA"
 RESULT = Q.task_result(JOB)
 
 
-def start(now_ms: int, worker: str, kept: int = 3, **fields: str) -> TaskStarted:
+def start(now_ms: int, worker: str, kept: int = 3, task: str = "t.path") -> TaskStarted:
     call = task_started(
-        Q, JOB, now_ms=now_ms, worker=worker, ttl_seconds=60, kept=kept,
-        fields={TaskResultField.STATUS: "RUNNING", **fields},
+        Q, JOB, now_ms=now_ms, worker=worker, ttl_seconds=60, kept=kept, task=task,
+        args="[]", kwargs="{}", backend="default", priority="0", status="RUNNING",
     )  # fmt: skip
     return run_direct(call)
 
@@ -38,24 +38,28 @@ def test_each_attempt_adds_its_worker_and_keeps_the_first_start(r: redis.Redis) 
     r.hset(RESULT, mapping={TaskResultField.FINISHED: "7", TaskResultField.RETURN: "1"})
     first = start(1_000, "w1", task="t.path")
     assert first.attempt == 1 and first.max_attempts == 5
-    assert first.result[TaskResultField.STARTED] == first.result[TaskResultField.LAST_ATTEMPT]
-    assert first.result[TaskResultField.STARTED] == "1000"
-    assert json.loads(first.result[TaskResultField.WORKERS]) == ["w1"]
+    assert first.result.started == first.result.last_attempt
+    assert first.result.started == "1000"
+    assert json.loads(first.result.workers or "") == ["w1"]
     stored = r.hgetall(RESULT)
     assert TaskResultField.FINISHED not in stored  # a run before this one's outcome
     assert TaskResultField.RETURN not in stored
     assert stored[TaskResultField.TASK] == "t.path" and stored[TaskResultField.STATUS] == "RUNNING"
-    assert {k: stored[k] for k in first.result} == first.result and 0 < r.ttl(RESULT) <= 60
+    read_back = {TaskResultField.STARTED: first.result.started,
+                 TaskResultField.LAST_ATTEMPT: first.result.last_attempt,
+                 TaskResultField.WORKERS: first.result.workers,
+                 TaskResultField.ERRORS: first.result.errors}  # fmt: skip
+    assert {k: stored.get(k) for k in read_back} == read_back and 0 < r.ttl(RESULT) <= 60
     for attempt, worker in enumerate(["w2", "w3", "w4"], start=2):
         r.hset(Q.job(JOB), JobField.ATTEMPTS, str(attempt))
         later = start(1_000 * attempt, worker)
         assert later.attempt == attempt and r.hget(RESULT, TaskResultField.ATTEMPT) == str(attempt)
-        assert later.result[TaskResultField.STARTED] == "1000"
-        assert later.result[TaskResultField.LAST_ATTEMPT] == str(1_000 * attempt)
+        assert later.result.started == "1000"
+        assert later.result.last_attempt == str(1_000 * attempt)
     assert json.loads(r.hget(RESULT, TaskResultField.WORKERS) or "") == ["w2", "w3", "w4"]
     # the same call sent again (its reply was lost) adds nothing
     again = start(4_000, "w4")
-    assert json.loads(again.result[TaskResultField.WORKERS]) == ["w2", "w3", "w4"]
+    assert json.loads(again.result.workers or "") == ["w2", "w3", "w4"]
 
 
 def test_what_it_reads_back_is_utf8_whatever_was_stored(r: redis.Redis) -> None:
@@ -65,7 +69,7 @@ def test_what_it_reads_back_is_utf8_whatever_was_stored(r: redis.Redis) -> None:
     r.hset(RESULT, mapping={TaskResultField.ERRORS: b"[\xfe]", TaskResultField.STARTED: b"\xff"})
     found = start(5, "w")
     assert found.attempt == 2 and found.max_attempts == 0  # unreadable: dead at a failure
-    assert found.result[TaskResultField.ERRORS] == "[\\xfe]"
+    assert found.result.errors == "[\\xfe]"
 
 
 @pytest.mark.parametrize(
@@ -73,7 +77,7 @@ def test_what_it_reads_back_is_utf8_whatever_was_stored(r: redis.Redis) -> None:
 )
 def test_a_workers_list_that_is_not_one_of_str_is_mended(r: redis.Redis, workers: str) -> None:
     r.hset(RESULT, TaskResultField.WORKERS, workers)
-    found = json.loads(start(1, "me").result[TaskResultField.WORKERS])
+    found = json.loads(start(1, "me").result.workers or "")
     assert found == (["ok", "fine", "me"] if workers.startswith('["ok"') else ["me"])
 
 
@@ -95,7 +99,10 @@ def test_a_results_key_of_another_type_is_an_error_and_is_left_alone(r: redis.Re
 @pytest.mark.parametrize("bad", [{"now_ms": "soon"}, {"ttl_seconds": 0}, {"kept": 0}])
 def test_bad_arguments_write_nothing(r: redis.Redis, bad: dict[str, object]) -> None:
     arguments: dict[str, object] = {"now_ms": 1, "ttl_seconds": 5, "kept": 2, **bad}
-    call = task_started(Q, JOB, worker="w", fields={}, **arguments)  # type: ignore[arg-type]
+    call = task_started(
+        Q, JOB, worker="w", task="t", args="[]", kwargs="{}", backend="b", priority="0",
+        status="RUNNING", **arguments,  # type: ignore[arg-type]
+    )  # fmt: skip
     with pytest.raises(DelayQueueError, match="task_started"):
         run(call, as_bytes=True)
     assert not r.exists(RESULT)
@@ -137,7 +144,7 @@ def test_any_stored_history_gives_a_running_attempt_of_a_list_of_workers(
         if value is not None:
             raw.hset(Q.job(JOB), name, value)
     found = start(now_ms, worker, kept=kept)
-    workers = json.loads(found.result[TaskResultField.WORKERS])
+    workers = json.loads(found.result.workers or "")
     assert isinstance(workers, list) and 1 <= len(workers) <= kept
     assert all(isinstance(w, str) for w in workers)
     resent = stored["att"] == str(found.attempt).encode() and stored["last"] == str(now_ms).encode()
@@ -146,8 +153,8 @@ def test_any_stored_history_gives_a_running_attempt_of_a_list_of_workers(
     stored_att = job["att"] or b""
     readable_att = stored_att.isdigit() and len(stored_att) <= 15
     assert found.attempt == (int(stored_att) if readable_att else 1)  # the job's, as claimed
-    assert TaskResultField.STARTED in found.result
-    started = found.result[TaskResultField.STARTED]  # a time a datetime holds
+    started = found.result.started  # a time a datetime holds
+    assert started is not None
     assert started.isdigit() and int(started) <= MAX_TIME_MS
     # max attempts as fail.lua reads them: None for none stored, 0 for one it cannot read
     readable = {None: None, b"1": 1, b"1000": 1000, b"1e3": 1000}

@@ -39,7 +39,7 @@ CALLS: dict[str, transitions.ScriptCall[Any]] = {
     "resume": transitions.resume(KEYS),
     # periodic schedules (delayqueue.engine.schedules); "<name>" is the headers' placeholder
     "plan_schedule": schedules.plan(
-        KEYS, "<name>", next_ms=1, job_id=JOB, spec="t\n[]\n\n\n\n", wake_horizon_ms=1, fields={}
+        KEYS, "<name>", next_ms=1, job_id=JOB, spec="t\n[]\n\n\n\n", wake_horizon_ms=1
     ),
     "fire": schedules.fire(
         KEYS, "<name>", seen_ms=1, next_ms=2, job_id=JOB, missed=0, skip=False, wake_horizon_ms=1
@@ -47,7 +47,18 @@ CALLS: dict[str, transitions.ScriptCall[Any]] = {
     "unplan_schedule": schedules.unplan(KEYS, "<name>", "pause"),
     # a Django task's attempt (delayqueue.engine.task_results)
     "task_started": task_results.task_started(
-        KEYS, JOB, now_ms=1, worker="w", ttl_seconds=1, kept=1, fields={}
+        KEYS,
+        JOB,
+        now_ms=1,
+        worker="w",
+        ttl_seconds=1,
+        kept=1,
+        task="t",
+        args="[]",
+        kwargs="{}",
+        backend="default",
+        priority="0",
+        status="RUNNING",
     ),
 }
 RESEND_SAFE = {"enqueue", "begin", "ack", "plan_schedule", "task_started"}

@@ -23,6 +23,7 @@ from prometheus_client import REGISTRY
 
 from delayqueue.engine import schedules
 from delayqueue.engine.keys import JOB_ID, ScheduleField, queue_keys
+from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.periodic import declare as declaring
 from delayqueue.periodic import planner, registry
 from delayqueue.periodic.identity import occurrence_id
@@ -63,7 +64,7 @@ def declare(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
     yield add
 
 
-def stored(name: str) -> schedules.StoredSchedule:
+def stored(name: str) -> ScheduleRecord:
     [found] = schedules.stored(Q, name)
     return found
 
@@ -101,13 +102,13 @@ def test_reconcile_plans_a_new_schedule_with_its_next_occurrence_written(
     assert found.next_ms is not None and found.next_ms % MINUTE == 0
     assert before < found.next_ms <= before + MINUTE
     job_id = occurrence_id("tick", found.next_ms)
-    assert found.get(ScheduleField.JOB) == job_id
+    assert found.job == job_id
     assert scheduled_at(r, job_id) == found.next_ms
-    assert found.get(ScheduleField.TASK) == RECORD and found.get(ScheduleField.SOURCE) == "code"
+    assert found.task == RECORD and found.source == "code"
     # a second start changes nothing: the same occurrence, the same job
     again = planner.reconcile()
     assert again.unchanged == ["tick"] and again.planned == []
-    assert stored("tick").get(ScheduleField.JOB) == job_id
+    assert stored("tick").job == job_id
     assert r.zcard(queue_keys(Q).scheduled) == 1
 
 
@@ -116,7 +117,7 @@ def test_a_changed_rule_replans_and_removes_the_unclaimed_occurrence(
 ) -> None:
     declare("tick", every=60)
     planner.reconcile()
-    old_job = stored("tick").get(ScheduleField.JOB)
+    old_job = stored("tick").job
     monkeypatch.setattr(registry, "_in_code", {})
     declare("tick", every=3600)
     assert planner.reconcile().planned == ["tick"]
@@ -133,11 +134,11 @@ def test_changed_arguments_replan_the_same_occurrence_with_the_new_spec(
 ) -> None:
     declare("tick", every=3600, args=("old",))
     planner.reconcile()
-    job_id = str(stored("tick").get(ScheduleField.JOB))
+    job_id = str(stored("tick").job)
     monkeypatch.setattr(registry, "_in_code", {})
     declare("tick", every=3600, args=("new",))
     assert planner.reconcile().planned == ["tick"]
-    assert stored("tick").get(ScheduleField.JOB) == job_id  # the same instant, the same job
+    assert stored("tick").job == job_id  # the same instant, the same job
     spec = r.hget(queue_keys(Q).spec_bucket(job_id), job_id)
     assert spec is not None and '["new"]' in spec
 
@@ -147,7 +148,7 @@ def test_a_schedule_declared_no_more_is_removed_with_its_occurrence(
 ) -> None:
     declare("gone", every=60)
     planner.reconcile()
-    job_id = str(stored("gone").get(ScheduleField.JOB))
+    job_id = str(stored("gone").job)
     monkeypatch.setattr(registry, "_in_code", {})
     assert planner.reconcile().removed == ["gone"]
     assert schedules.stored(Q) == []
@@ -193,7 +194,7 @@ def test_many_workers_move_an_occurrence_on_exactly_once(
     assert tick.job_id == occurrence_id("tick", seen)
     found = stored("tick")
     assert found.next_ms == seen + MINUTE
-    assert found.get(ScheduleField.LAST) == str(seen) and found.get(ScheduleField.FIRED) == "1"
+    assert found.last == str(seen) and found.fired == 1
     # the occurrence that came due is still a scheduled job (the claim takes it); the next
     # one is written beside it
     assert scheduled_at(r, occurrence_id("tick", seen)) == seen
@@ -235,7 +236,7 @@ def test_missed_once_runs_the_first_missed_occurrence_once_and_counts_the_rest(
     assert tick.runs and tick.missed == 10
     assert stored("tick").next_ms == seen + 11 * MINUTE
     assert scheduled_at(r, occurrence_id("tick", seen)) == seen  # runs, once, now
-    assert stored("tick").get(ScheduleField.MISSED_COUNT) == "10"
+    assert stored("tick").missed_count == 10
 
 
 def test_missed_all_runs_each_missed_occurrence_up_to_the_limit(
@@ -272,7 +273,7 @@ def test_missed_skip_removes_the_late_occurrence_unrun(
     assert not tick.runs and tick.missed == 6  # the five in between and the one found late
     assert scheduled_at(r, occurrence_id("tick", seen)) is None
     assert stored("tick").next_ms == seen + 6 * MINUTE
-    assert stored("tick").get(ScheduleField.FIRED) is None
+    assert stored("tick").fired == 0
 
 
 def test_a_skip_schedule_found_on_time_runs(declare: Callable[..., None], r: redis.Redis) -> None:
@@ -295,7 +296,7 @@ def test_a_cron_schedule_in_a_timezone_plans_its_wall_time(declare: Callable[...
 
     local = datetime.fromtimestamp(found.next_ms / 1000, tz=ZoneInfo("Europe/Berlin"))
     assert (local.hour, local.minute, local.second) == (6, 0, 0)
-    assert found.get(ScheduleField.TIMEZONE) == "Europe/Berlin"
+    assert found.timezone == "Europe/Berlin"
 
 
 # ---- operating -----------------------------------------------------------------------------
@@ -304,7 +305,7 @@ def test_a_cron_schedule_in_a_timezone_plans_its_wall_time(declare: Callable[...
 def test_pause_resume_and_run_now(r: redis.Redis, declare: Callable[..., None]) -> None:
     declare("tick", every=60)
     planner.reconcile()
-    job_id = str(stored("tick").get(ScheduleField.JOB))
+    job_id = str(stored("tick").job)
     assert schedule_service.pause("tick") is True
     assert schedule_service.pause("tick") is False
     assert scheduled_at(r, job_id) is None and stored("tick").paused
@@ -318,7 +319,7 @@ def test_pause_resume_and_run_now(r: redis.Redis, declare: Callable[..., None]) 
     assert found.next_ms is not None and found.next_ms > before and not found.paused
     assert scheduled_at(r, occurrence_id("tick", found.next_ms)) == found.next_ms
     extra = schedule_service.run_now("tick")
-    assert extra is not None and extra != found.get(ScheduleField.JOB)
+    assert extra is not None and extra != found.job
     due = scheduled_at(r, extra)
     assert due is not None and due <= redis_ms(r)
 
@@ -488,7 +489,7 @@ def test_two_delay_workers_run_an_every_second_schedule_once_per_tick(
     for worker in workers:
         worker.stop()
     [found] = schedules.stored("tests", "every-second")
-    fired = int(found.get(ScheduleField.FIRED) or 0)
+    fired = found.fired
     wait_for(lambda: len(_ticks(r, "tick")) >= fired, 15)  # the last ones may still run
     time.sleep(0.5)
     runs = _ticks(r, "tick")
