@@ -11,12 +11,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from celery import Celery
@@ -46,6 +44,7 @@ from delayqueue.worker.clock import RedisClock
 from delayqueue.worker.dispatch import Dispatcher
 from delayqueue.worker.publishers import Publisher
 from delayqueue.worker.served_queues import say_once, served_queues
+from delayqueue.worker.stop_signals import install_stop_handlers
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +125,7 @@ class DelayWorker:
         self.app.loader.import_default_modules()  # every task the Celery worker knows
         self.reconcile_schedules()
         if not once:
-            self._install_signal_handlers()
+            install_stop_handlers(self)
         logger.info("delay worker %s starting (batch %s)", self.id, self.batch_size)
         self.dispatcher.warm_up_soon()  # the first due job does not wait for the broker
         self._touch_health()
@@ -178,20 +177,6 @@ class DelayWorker:
     def _reachable() -> None:
         """Raise RedisUnavailable (or the error Redis gives) unless Redis answers."""
         redis_now()
-
-    def _install_signal_handlers(self) -> None:
-        def stop(signum: int, frame: FrameType | None) -> None:
-            if self.stopping:
-                logger.warning(
-                    "second signal: exiting now (claimed jobs return after their "
-                    "visibility timeout)"
-                )
-                os._exit(1)
-            logger.info("signal %s: stopping after the current batch", signum)
-            self.stopping = True
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
 
     # ---- one pass --------------------------------------------------------------------
 
