@@ -15,3 +15,6 @@ class DelayQueueConfig(AppConfig):
         from delayqueue.django_tasks import run  # noqa: F401 (the Django Tasks backend's)
         from delayqueue.periodic import checks as schedule_checks  # noqa: F401
         from delayqueue.periodic import declare  # noqa: F401
+        from delayqueue.periodic.monitored import watch_monitored
+
+        watch_monitored()  # Sentry cron monitors of periodic jobs (docs/tracing.md)

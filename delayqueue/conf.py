@@ -73,6 +73,12 @@ DEFAULTS: dict[str, Any] = {
     # Periodic jobs declared in settings: {"name": {"task": "app.tasks.report", "cron":
     # "0 6 * * *", "timezone": "Europe/Berlin"}, ...} (docs/periodic-jobs.md).
     "SCHEDULES": None,
+    # Sentry cron monitors (docs/tracing.md): True monitors every schedule, False only those
+    # declared with monitor=True; the monitors' check-in margin and max runtime, in minutes
+    # (None: the visibility timeout, the longest an attempt runs before it is reaped).
+    "SENTRY_CRONS": False,
+    "SENTRY_CHECKIN_MARGIN": 1,
+    "SENTRY_MAX_RUNTIME": None,
 }
 
 
@@ -117,6 +123,9 @@ class Settings:
     celery_app: str | None
     dispatch_mode: str
     schedules: dict[str, Any] | None
+    sentry_crons: bool
+    sentry_checkin_margin: int
+    sentry_max_runtime: int | None
 
     @property
     def visibility_ms(self) -> int:
