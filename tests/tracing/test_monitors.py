@@ -91,7 +91,7 @@ def test_each_occurrence_sends_one_check_in_pair_whatever_the_number_of_delay_wo
         by_id[check_in["check_in_id"]].append(check_in)
     slugs = {check_ins[0]["monitor_slug"] for check_ins in by_id.values()}
     assert slugs == {"cron-ok", "cron-error", "every-ok", "every-error"}  # "quiet" sends none
-    runs = defaultdict(int)
+    runs: dict[str, int] = defaultdict(int)
     for run in jobs.ran():
         runs[run["tag"]] += 1
     for check_ins in by_id.values():
