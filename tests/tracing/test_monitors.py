@@ -93,7 +93,7 @@ def test_each_occurrence_sends_one_check_in_pair_whatever_the_number_of_delay_wo
     assert slugs == {"cron-ok", "cron-error", "every-ok", "every-error"}  # "quiet" sends none
     runs: dict[str, int] = defaultdict(int)
     for run in jobs.ran():
-        runs[run["tag"]] += 1
+        runs[str(run["tag"])] += 1
     for check_ins in by_id.values():
         slug = check_ins[0]["monitor_slug"]
         statuses = [c["status"] for c in check_ins]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.conf import settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -164,3 +165,42 @@ def test_delayqueue_imports_and_schedules_without_opentelemetry_or_sentry(
     job_id = done.stdout.strip().splitlines()[-1]
     spec = packed_specs(r, Q)[job_id]
     assert spec.count("\n") == 5 and (unpack(spec) or {})["args"] == '["no-extras"]'
+
+
+def test_system_checks_reject_bad_integration_settings() -> None:
+    from django.core.checks import run_checks
+    from django.test import override_settings
+
+    bad = {
+        "TRACE_SCHEDULING": "spans",
+        "SENTRY_CRONS": "yes",
+        "SENTRY_CHECKIN_MARGIN": 0,
+        "SENTRY_MAX_RUNTIME": 2.5,
+    }
+    with override_settings(DELAYQUEUE=bad):
+        found = [
+            (m.id, m.msg) for m in run_checks() if m.id in ("delayqueue.E040", "delayqueue.E041")
+        ]
+    assert ("delayqueue.E040", "DELAYQUEUE['TRACE_SCHEDULING'] is 'spans'.") in found
+    assert sorted(msg for check, msg in found if check == "delayqueue.E041") == [
+        "DELAYQUEUE['SENTRY_CHECKIN_MARGIN'] is 0.",
+        "DELAYQUEUE['SENTRY_CRONS'] is 'yes'.",
+        "DELAYQUEUE['SENTRY_MAX_RUNTIME'] is 2.5.",
+    ]
+    with override_settings(DELAYQUEUE={"TRACE_SCHEDULING": "context", "SENTRY_CRONS": True}):
+        assert not [m for m in run_checks() if m.id in ("delayqueue.E040", "delayqueue.E041")]
+
+
+def test_context_mode_keeps_the_active_spans_context_with_no_span_of_its_own(
+    r: redis.Redis, spans_here: InMemorySpanExporter
+) -> None:
+    from django.test import override_settings
+
+    context_mode = {**settings.DELAYQUEUE, "TRACE_SCHEDULING": "context"}
+    with override_settings(DELAYQUEUE=context_mode):
+        with trace.get_tracer("tests").start_as_current_span("request") as span:
+            job = jobs.record.delay_for("context", seconds=60)
+    context = span.get_span_context()
+    expected = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    assert _stored_trace(r, job.id) == expected
+    assert [s.name for s in spans_here.get_finished_spans()] == ["request"]
