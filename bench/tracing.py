@@ -5,8 +5,10 @@ while slows every variant alike), three ways: the tracing hook switched off (as 
 OpenTelemetry installed), OpenTelemetry's SDK installed with no active span (the goal: the
 same), and every call under an active span (the goal: at most 15 % fewer calls/s), the SDK
 sending its spans through a ``BatchSpanProcessor`` to an exporter that drops them (what an
-application pays before its exporter's own work). Then Redis bytes per scheduled job
-(``delay_many`` of ``sizes.memory`` jobs with an int argument) without and with a trace."""
+application pays before its exporter's own work), and the same with ``TRACE_SCHEDULING =
+"context"`` (the job keeps the active span's context, no span of its own). Then Redis bytes
+per scheduled job (``delay_many`` of ``sizes.memory`` jobs with an int argument) without and
+with a trace."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
+from django.conf import settings
+from django.test import override_settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -51,6 +55,15 @@ def _hook_off() -> Iterator[None]:
         job_spec.scheduling_context = hooked
 
 
+@contextmanager
+def _context_only(tracer: Any) -> Iterator[None]:
+    """An active span, with TRACE_SCHEDULING = "context": the job keeps its context, no
+    span of its own."""
+    with override_settings(DELAYQUEUE={**settings.DELAYQUEUE, "TRACE_SCHEDULING": "context"}):
+        with tracer.start_as_current_span("request"):
+            yield
+
+
 def _rates(n: int) -> dict[str, float]:
     noop = _noop()
     tracer = _provider().get_tracer("bench")
@@ -58,6 +71,7 @@ def _rates(n: int) -> dict[str, float]:
         "off": _hook_off,
         "no span": nullcontext,
         "active span": lambda: tracer.start_as_current_span("request"),
+        "context only": lambda: _context_only(tracer),
     }
     noop.delay_for(0, seconds=3_600)  # connect, load scripts, remember the queue
     spent = dict.fromkeys(ways, 0.0)
@@ -99,6 +113,7 @@ def tracing(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     traced = _bytes_per_job(env, sizes.memory, traced=True)
     env.flush()
     off, quiet, active = rates["off"], rates["no span"], rates["active span"]
+    context_only = rates["context only"]
     return [
         Figure("tracing", "delay_for, OpenTelemetry SDK, no active span", quiet, "jobs/s",
                "tracing hook off (as without OpenTelemetry)", off, "≥ 0.97x (noise)",
@@ -106,6 +121,9 @@ def tracing(env: BenchEnv, sizes: Sizes) -> list[Figure]:
         Figure("tracing", "delay_for under an active span (a create span each)", active,
                "jobs/s", "tracing hook off (as without OpenTelemetry)", off, "≥ 0.85x",
                active >= 0.85 * off),
+        Figure("tracing", "delay_for under an active span, TRACE_SCHEDULING=context",
+               context_only, "jobs/s", "tracing hook off (as without OpenTelemetry)", off,
+               "≥ 0.85x", context_only >= 0.85 * off),
         Figure("tracing", "Redis bytes per scheduled job with a trace context", traced, "B/job",
                "the same job without", plain, "+ the context (55-56 B + state)"),
     ]  # fmt: skip

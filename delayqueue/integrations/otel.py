@@ -96,12 +96,14 @@ def _remote(stored: str) -> Any:
 
 
 def _attributes(queue: str, operation: str, kind: str) -> dict[str, Any]:
-    return {
+    attributes = {
         "messaging.system": SYSTEM,
         "messaging.destination.name": queue,
         "messaging.operation.type": kind,
-        "messaging.operation.name": operation,
     }
+    if operation != kind:  # (the SDK checks each attribute: ~5 µs apiece at scheduling)
+        attributes["messaging.operation.name"] = operation
+    return attributes
 
 
 def scheduling_context(queue: str, job_id: str, task: str) -> str:

@@ -5,6 +5,7 @@ OpenTelemetry or sentry-sdk installed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -204,3 +205,31 @@ def test_context_mode_keeps_the_active_spans_context_with_no_span_of_its_own(
     expected = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
     assert _stored_trace(r, job.id) == expected
     assert [s.name for s in spans_here.get_finished_spans()] == ["request"]
+
+
+DEMO_CONSOLE = """
+import django
+django.setup()
+from django.test import RequestFactory
+from orders_demo.tracing import request_spans
+from tests.support import jobs
+view = request_spans(lambda request: jobs.record.delay_for("demo", seconds=60))
+view(RequestFactory().post("/orders/"))
+"""
+
+
+def test_the_demo_prints_its_spans_with_trace_to_console(r: redis.Redis) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", DEMO_CONSOLE],
+        cwd=ROOT,
+        env=child_env(DJANGO_SETTINGS_MODULE="tests.settings", TRACE_TO_CONSOLE="true"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    spans = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    request = next(s for s in spans if s["name"] == "POST /orders/")
+    create = next(s for s in spans if s["name"] == "create tests")
+    assert create["parent_id"] == request["context"]["span_id"]
+    assert create["attributes"]["messaging.system"] == "delayqueue"
