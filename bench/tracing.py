@@ -111,6 +111,18 @@ def tracing(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     rates = max((_rates(sizes.enqueue) for _ in range(3)), key=lambda r: r["off"])
     plain = _bytes_per_job(env, sizes.memory, traced=False)
     traced = _bytes_per_job(env, sizes.memory, traced=True)
+    # a spec with a context is past Redis's hash-max-listpack-value (64): with 256, the specs
+    # buckets stay compact listpacks (docs/design.md, "Specs buckets")
+    redis_client = env.client()
+    default_value = str(
+        redis_client.config_get("hash-max-listpack-value")["hash-max-listpack-value"]
+    )
+    redis_client.config_set("hash-max-listpack-value", 256)
+    try:
+        plain_256 = _bytes_per_job(env, sizes.memory, traced=False)
+        traced_256 = _bytes_per_job(env, sizes.memory, traced=True)
+    finally:
+        redis_client.config_set("hash-max-listpack-value", default_value)
     env.flush()
     off, quiet, active = rates["off"], rates["no span"], rates["active span"]
     context_only = rates["context only"]
@@ -126,4 +138,6 @@ def tracing(env: BenchEnv, sizes: Sizes) -> list[Figure]:
                "≥ 0.85x", context_only >= 0.85 * off),
         Figure("tracing", "Redis bytes per scheduled job with a trace context", traced, "B/job",
                "the same job without", plain, "+ the context (55-56 B + state)"),
+        Figure("tracing", "the same, hash-max-listpack-value 256", traced_256, "B/job",
+               "the same job without", plain_256, "+ the context (55-56 B + state)"),
     ]  # fmt: skip
