@@ -115,9 +115,9 @@ def scheduling_context(queue: str, job_id: str, task: str) -> str:
     current = trace.get_current_span()
     if not current.get_span_context().is_valid:
         return ""
-    if get_settings().trace_scheduling == "context":
-        return _stored(current)
     try:
+        if get_settings().trace_scheduling == "context":
+            return _stored(current)
         attributes = _attributes(queue, "create", "create")
         attributes["messaging.message.id"] = job_id
         attributes["delayqueue.task"] = task
