@@ -24,13 +24,22 @@ SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "mem
 # Run only when named in --only: ``cluster`` starts a Redis Cluster and 8 processes of its own;
 # ``async`` is the async API's (bench/async_enqueue.py); ``periodic`` periodic jobs' against
 # Celery beat (bench/periodic.py); ``tasks`` Django's Tasks API on delayqueue
-# (bench/tasks_backend.py).
-OPT_IN = ("cluster", "async", "periodic", "tasks")
+# (bench/tasks_backend.py); ``tracing`` what a trace across the delay costs (bench/tracing.py).
+OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]:
-    from bench import async_enqueue, bursts, cluster, periodic, tasks_backend, throughput, timing
+    from bench import (
+        async_enqueue,
+        bursts,
+        cluster,
+        periodic,
+        tasks_backend,
+        throughput,
+        timing,
+        tracing,
+    )
 
     return {
         "enqueue": throughput.enqueue,
@@ -45,6 +54,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "async": async_enqueue.async_enqueue,
         "periodic": periodic.periodic,
         "tasks": tasks_backend.tasks,
+        "tracing": tracing.tracing,
     }
 
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from delayqueue.conf import get_settings
+from delayqueue.engine.packing import without_trace
 from delayqueue.errors import DelayQueueError, InvalidOption
 from delayqueue.periodic import registry
 from delayqueue.periodic.rules import parse_rule
@@ -36,6 +37,7 @@ def _declared(
     missed: object,
     source: registry.Source,
     build: Callable[[], tuple[str, str]],
+    monitor: object = False,
 ) -> registry.Declared:
     registry.check_name(name)
     rule = parse_rule(cron=cron, every=every, timezone=timezone)  # InvalidOption when bad
@@ -48,6 +50,7 @@ def _declared(
         missed=registry.check_missed(missed),
         source=source,
         build=build,
+        monitor=registry.check_monitor(monitor),
     )
 
 
@@ -59,7 +62,7 @@ def _builder(
 ) -> Callable[[], tuple[str, str]]:
     def build() -> tuple[str, str]:
         made = spec(task, args, kwargs, delay=0, queue=queue)
-        return made.job.queue, made.packed
+        return made.job.queue, without_trace(made.packed)  # (every occurrence shares it)
 
     return build
 
@@ -75,6 +78,7 @@ def periodic_task(
     missed: str = "once",
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
+    monitor: bool = False,
     **options: Any,
 ) -> Any:
     """A ``@delayed_task`` that also runs on a schedule, with no beat: ``cron`` (five fields,
@@ -82,12 +86,14 @@ def periodic_task(
     counted from the epoch). ``name`` (default: the task's name) identifies the schedule;
     ``missed`` says what happens to occurrences that came while every delay worker was down:
     "once" (one run for all of them), "all" (each, up to 100), "skip" (none). ``args`` and
-    ``kwargs`` are each occurrence's arguments; ``options`` are ``@delayed_task``'s (queue,
+    ``kwargs`` are each occurrence's arguments; ``monitor=True`` reports each occurrence to
+    a Sentry cron monitor (docs/tracing.md); ``options`` are ``@delayed_task``'s (queue,
     max_attempts, backoff, visibility_timeout, ...)."""
     if name is not None:
         registry.check_name(name)
     parse_rule(cron=cron, every=every, timezone=timezone)  # fails here, at the decorator
     registry.check_missed(missed)
+    registry.check_monitor(monitor)
     if options.get("shards") is not None:
         raise InvalidOption("a periodic task's queue cannot be sharded (its schedule is one)")
 
@@ -105,6 +111,7 @@ def periodic_task(
                 missed=missed,
                 source="code",
                 build=_builder(task_name, args, kwargs, options.get("queue")),
+                monitor=monitor,
             )
         )
         return task
@@ -112,7 +119,7 @@ def periodic_task(
     return wrap(fn) if fn is not None else wrap
 
 
-SETTING_KEYS = {"task", "cron", "every", "timezone", "args", "kwargs", "queue", "missed"}
+SETTING_KEYS = {"task", "cron", "every", "timezone", "args", "kwargs", "queue", "missed", "monitor"}
 
 
 def from_settings() -> list[registry.Declared]:
@@ -151,6 +158,7 @@ def from_settings() -> list[registry.Declared]:
                     build=_builder(
                         task, entry.get("args", ()), entry.get("kwargs"), entry.get("queue")
                     ),
+                    monitor=entry.get("monitor", False),
                 )
             )
         except DelayQueueError as exc:

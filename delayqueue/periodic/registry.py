@@ -30,6 +30,13 @@ class Declared:
     # (queue, packed spec) of the occurrences; raises a DelayQueueError when the task, its
     # arguments or its queue cannot be scheduled
     build: Callable[[], tuple[str, str]]
+    monitor: bool = False  # report occurrences to a Sentry cron monitor (integrations/)
+
+
+def check_monitor(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidOption(f"monitor must be True or False, not {value!r}")
+    return value
 
 
 _in_code: dict[str, Declared] = {}

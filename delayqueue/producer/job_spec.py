@@ -17,6 +17,7 @@ from delayqueue.engine.keys import check_queue_name, new_job_id
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
 from delayqueue.errors import NotSerializable, UnknownTask
+from delayqueue.integrations.otel import scheduling_context
 from delayqueue.producer import moves
 from delayqueue.producer.due import Mode, to_due
 from delayqueue.validators import (
@@ -92,8 +93,9 @@ def spec(
     if key is not None:
         check_key(key)
     check_on_conflict(on_conflict)
-    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "")
     job_id = new_job_id()
+    trace = scheduling_context(target.queue, job_id, target.name)  # (docs/tracing.md)
+    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "", trace)
     # a sharded queue's job lives in the shard its key (else its id) hashes to
     queue = shard_for(target.queue, key or job_id) if target.sharded else target.queue
     job = Job(id=job_id, queue=queue, task=target.name, key=key)
@@ -121,8 +123,9 @@ def spec_encoded(
     config = get_settings()
     target = _target(task, queue, max_attempts, visibility_timeout, config)
     check_size(args_json, kwargs_json, config.max_payload_bytes)
-    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt)
     job_id = new_job_id()
+    trace = scheduling_context(target.queue, job_id, target.name)  # (docs/tracing.md)
+    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, trace=trace)
     queue = shard_for(target.queue, job_id) if target.sharded else target.queue
     job = Job(id=job_id, queue=queue, task=target.name)
     return JobSpec(job, due[0], due[1], "keep", packed, target.durable)

@@ -16,7 +16,8 @@
 -- ARGV[4] ahead ms: jobs due within this many ms from now are claimed too (DISPATCH_AHEAD:
 --         the Celery side holds each until its due time, so it starts on time)
 -- Returns {now ms, next due ms or -1, next deadline ms or -1, paused 0|1,
---          {{id, token, attempt, task, args json, kwargs json or "", due ms}, ...}}
+--          {{id, token, attempt, task, args json, kwargs json or "", due ms
+--            [, trace context when the job keeps one]}, ...}}
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _due.lua
@@ -58,13 +59,14 @@ local ids, far, due_of = due_ids(KEYS[1], now + ahead, limit, true)
 -- What claiming job `id` would do, from reads only: {ok = true, ...} or {why = reason, ...}.
 local function examine(id, far_due)
   local job = KEYS[3] .. id
-  local f = hash_fields(job, 'task', 'args', 'kwargs', 'max', 'vt', 'key', 'tok', 'att', 'rp')
+  local f = hash_fields(job, 'task', 'args', 'kwargs', 'max', 'vt', 'key', 'tok', 'att', 'rp',
+                        'tc')
   -- Its packed spec, in its bucket (one that is not a hash holds none, and is left to
   -- whoever wrote it).
   local bucket = spec_bucket(KEYS[7], id)
   local spec, bucket_type = bucket_spec(bucket, id)
   local plan = {id = id, job = job, spec = spec, from = bucket, foreign = not f}
-  plan.fresh = f and not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6])  -- no spec field
+  plan.fresh = f and not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6] or f[10])  -- no spec
   if spec then
     plan.parts = split_spec(spec)
     if spec == '\n\n\n\n\n' then plan.parts = nil end
@@ -78,7 +80,8 @@ local function examine(id, far_due)
     return plan
   end
   if plan.parts then  -- the packed spec is the job's current spec
-    for i = 1, 6 do f[i] = plan.parts[i] ~= '' and plan.parts[i] end
+    for i = 1, 5 do f[i] = plan.parts[i] ~= '' and plan.parts[i] end
+    f[6], f[10] = plan.parts[7] ~= '' and plan.parts[7], plan.parts[6] ~= '' and plan.parts[6]
   end
   if far_due then
     plan.why = 'corrupt job data: its due time is after year 9999'
@@ -132,7 +135,9 @@ for _, plan in ipairs(plans) do
     local deadline = now + (tonumber(f[5]) or default_vt) * 2 ^ redispatched
     deadlines[#deadlines + 1] = deadline
     deadlines[#deadlines + 1] = id
-    claimed[#claimed + 1] = {id, token, attempt, f[1], f[2], f[3] or '', due_of[id] or ''}
+    local row = {id, token, attempt, f[1], f[2], f[3] or '', due_of[id] or ''}
+    if f[10] then row[8] = f[10] end  -- its trace context, only when it keeps one
+    claimed[#claimed + 1] = row
   else
     if not plan.foreign then redis.call('HSET', job, 'why', plan.why) end
     buried[#buried + 1] = now
