@@ -27,6 +27,7 @@ class StoredJob:
     args: str | None = None  # JSON list, as stored
     kwargs: str | None = None  # JSON object, as stored
     key: str | None = None  # the dedupe key
+    trace: str | None = None  # W3C trace context of its scheduling (docs/tracing.md)
     max_attempts: int | None = None
     visibility_ms: int | None = None
     attempts: int | None = None  # attempts begun
@@ -57,6 +58,7 @@ def job_record(fields: dict[str, str]) -> StoredJob:
         args=get(JobField.ARGS),
         kwargs=get(JobField.KWARGS),
         key=get(JobField.KEY),
+        trace=get(JobField.TRACE),
         max_attempts=integer(get(JobField.MAX_ATTEMPTS)),
         visibility_ms=integer(get(JobField.VISIBILITY_MS)),
         attempts=integer(get(JobField.ATTEMPTS)),

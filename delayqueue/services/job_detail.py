@@ -135,5 +135,5 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
         history_valid=history_ok,
         missing=not job.found,
         notes=notes,
-        trace_id=trace_id(fields.get(JobField.TRACE)),
+        trace_id=trace_id(job.trace),
     )
