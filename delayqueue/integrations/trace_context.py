@@ -1,7 +1,7 @@
 """The W3C trace context a job keeps (docs/tracing.md), as one checked line.
 
 A job scheduled while a span is active keeps the context of its scheduling span in its
-record (``JobField.TRACE``, also a part of its packed spec): ``traceparent`` (version 00,
+record (``StoredJob.trace``, also a part of its packed spec): ``traceparent`` (version 00,
 55 characters) and, when there is one, a space and ``tracestate``. Nothing here imports
 OpenTelemetry: the delay worker forwards a context whether or not it has it, and the admin
 shows the trace id. A context is data from the caller, so it is checked both ways: written
