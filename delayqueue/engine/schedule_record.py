@@ -9,7 +9,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from delayqueue.engine.decode import text_fields
-from delayqueue.engine.keys import ScheduleField
+from delayqueue.engine.keys import JOB_ID, ScheduleField
+from delayqueue.validators import shown
+
+# Instants a schedule's next occurrence and last run may hold: what an occurrence id holds.
+INSTANT_LIMIT_MS = 1 << 48
+
+
+def instant(text: str | None) -> int | None:
+    """A schedule's instant field (its last run) as epoch ms; None when it is none, or not
+    an instant an occurrence can have (``INSTANT_LIMIT_MS``)."""
+    if not text or not (text.isascii() and text.isdigit() and len(text) <= 15):
+        return None
+    value = int(text)
+    return value if value < INSTANT_LIMIT_MS else None
+
+
+def is_instant(ms: int | None) -> bool:
+    return ms is not None and 0 <= ms < INSTANT_LIMIT_MS
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,28 @@ class ScheduleRecord:
     fired: int = 0  # occurrences run (0 when that is not a number)
     missed_count: int = 0  # occurrences not run (0 when that is not a number)
     paused: bool = False
+
+    @property
+    def last_ms(self) -> int | None:
+        """Its last run, None when there is none or it is no instant (a problem)."""
+        return instant(self.last)
+
+    @property
+    def last_job_id(self) -> str | None:
+        """Its last run's job, None when there is none or it is no job id (a problem)."""
+        return self.last_job if self.last_job and JOB_ID.fullmatch(self.last_job) else None
+
+    def problems(self) -> list[str]:
+        """What of its record cannot be read: its next occurrence (unless it is paused),
+        its last job, its last run. Its rule is the planner's to judge."""
+        found = []
+        if not self.paused and not is_instant(self.next_ms):
+            found.append("its next occurrence is not an instant")
+        if self.last_job and self.last_job_id is None:
+            found.append(f"its last job {shown(self.last_job)} is not a job id")
+        if self.last and self.last_ms is None:
+            found.append(f"its last run {shown(self.last)} is not an instant")
+        return found
 
 
 def _count(value: str | None) -> int:

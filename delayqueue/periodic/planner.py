@@ -22,7 +22,7 @@ from delayqueue.engine.execution import run, run_many
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.registry import queue_names
-from delayqueue.engine.schedule_record import ScheduleDeclaration, ScheduleRecord
+from delayqueue.engine.schedule_record import ScheduleDeclaration, ScheduleRecord, is_instant
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import DelayQueueError, InvalidOption, RedisUnavailable
 from delayqueue.observability import events
@@ -37,8 +37,6 @@ logger = logging.getLogger(__name__)
 # kind, an instant past what a datetime or a job id holds, a rule that is no rule. Each is
 # that schedule's problem (RedisUnavailable, which is every schedule's, is raised on).
 RECORD_ERRORS = (DelayQueueError, ValueError, ArithmeticError, TypeError)
-# Instants a schedule's next occurrence and last run may hold: what an occurrence id holds.
-INSTANT_LIMIT_MS = 1 << 48
 
 # missed="all": at most this many occurrences that came while every worker was down are
 # run; the earlier ones are counted as missed.
@@ -145,15 +143,6 @@ def _stored_on(queue: str) -> list[ScheduleRecord]:
         return []
 
 
-def instant(text: str | None) -> int | None:
-    """A schedule's instant field (its last run) as epoch ms; None when it is none, or not
-    an instant an occurrence can have (``INSTANT_LIMIT_MS``)."""
-    if not text or not (text.isascii() and text.isdigit() and len(text) <= 15):
-        return None
-    value = int(text)
-    return value if value < INSTANT_LIMIT_MS else None
-
-
 def _upsert(
     item: registry.Declared,
     queue: str,
@@ -170,11 +159,11 @@ def _upsert(
     current = next((s for s in found if s.queue == queue), None)
     if current is not None and current.fingerprint == print_:
         # (a next occurrence that is no instant, planted or left behind, is planned again)
-        planned_well = current.next_ms is not None and 0 <= current.next_ms < INSTANT_LIMIT_MS
+        planned_well = is_instant(current.next_ms)
         if current.paused or (current.job and planned_well):
             result.unchanged.append(item.name)
             return
-    last = (instant(current.last) or 0) if current is not None else 0
+    last = (current.last_ms or 0) if current is not None else 0
     next_ms = rule.next_after(max(now, last))
     remember_queue(queue)
     declared = ScheduleDeclaration(
@@ -293,7 +282,7 @@ def cannot_move_on(queue: str, name: str, exc: BaseException) -> None:
 def _step(stored: ScheduleRecord, seen: int | None, now: int) -> _Step:
     """The step that moves ``stored`` on from the occurrence at ``seen``, by its policy for
     the occurrences that came and went meanwhile."""
-    if seen is None or not 0 <= seen < INSTANT_LIMIT_MS:
+    if seen is None or not is_instant(seen):
         raise InvalidOption(f"its next occurrence ({seen} ms) is not an instant")
     rule = rule_of(stored)
     policy = stored.missed or "once"

@@ -12,7 +12,7 @@ from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.engine import queues as queue_reads
 from delayqueue.engine import schedules, transitions
 from delayqueue.engine.execution import run
-from delayqueue.engine.keys import JOB_ID, new_job_id, queue_keys
+from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.registry import queue_names
 from delayqueue.engine.schedule_record import ScheduleRecord
@@ -21,7 +21,6 @@ from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable
 from delayqueue.periodic import planner
 from delayqueue.periodic.planner import RECORD_ERRORS
 from delayqueue.periodic.rules import EPOCH, upcoming
-from delayqueue.validators import shown
 
 NEXT_RUNS = 5
 T = TypeVar("T")
@@ -82,17 +81,8 @@ def _view(stored: ScheduleRecord) -> ScheduleView:
         fired=stored.fired,
         missed=stored.missed_count,
     )
-    problems = []
-    next_ms = stored.next_ms
-    if not stored.paused and (next_ms is None or not 0 <= next_ms < planner.INSTANT_LIMIT_MS):
-        problems.append("its next occurrence is not an instant")
-    last_job = stored.last_job or None
-    if last_job is not None and not JOB_ID.fullmatch(last_job):
-        problems.append(f"its last job {shown(last_job)} is not a job id")
-        last_job = None
-    last_ms = planner.instant(stored.last)
-    if stored.last and last_ms is None:
-        problems.append(f"its last run {shown(stored.last)} is not an instant")
+    problems = stored.problems()
+    last_job, last_ms = stored.last_job_id, stored.last_ms
     try:
         last_run = _at(last_ms) if last_ms else None
         rule = planner.rule_of(stored)

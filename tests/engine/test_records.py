@@ -67,10 +67,19 @@ def test_a_schedule_record_keeps_what_it_cannot_judge_as_text_and_bad_counts_as_
                                             ScheduleField.LAST: "x",
                                             ScheduleField.PAUSED: "1"})  # fmt: skip
     r.set(KEYS.schedule("gone"), "not a hash")
-    tick, gone = sorted(schedules.stored(Q), key=lambda s: s.name, reverse=True)
+    r.zadd(KEYS.schedules, {"late": 2})
+    r.hset(KEYS.schedule("late"), mapping={ScheduleField.LAST_JOB: "../etc",
+                                            ScheduleField.LAST: "12"})  # fmt: skip
+    [late] = schedules.stored(Q, "late")
+    assert late.last_ms == 12 and late.last_job_id is None
+    assert late.problems() == ["its last job '../etc' is not a job id"]
+    by_name = {found.name: found for found in schedules.stored(Q)}
+    tick, gone = by_name["tick"], by_name["gone"]
     assert tick.name == "tick" and tick.next_ms is None and tick.paused and tick.found
     assert tick.every_ms == "soon" and tick.last == "x" and tick.cron is None
     assert tick.fired == 0 and tick.missed_count == 7
+    assert tick.last_ms is None and tick.problems() == ["its last run 'x' is not an instant"]
+    assert gone.problems() == []  # its score, 1 ms, is an instant
     assert gone.name == "gone" and not gone.found and gone.task is None
 
 
