@@ -14,11 +14,13 @@ from celery import Task
 from delayqueue.celery_app import resolve_task
 from delayqueue.conf import Settings, get_settings
 from delayqueue.engine.keys import check_queue_name, new_job_id
+from delayqueue.engine.limits import Limits
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
 from delayqueue.errors import NotSerializable, UnknownTask
 from delayqueue.producer import moves
 from delayqueue.producer.due import Mode, to_due
+from delayqueue.producer.job_limits import job_limits
 from delayqueue.validators import (
     check_flag,
     check_key,
@@ -67,6 +69,7 @@ class JobSpec:
     on_conflict: OnConflict
     packed: str  # the spec as enqueue.lua stores it (delayqueue.engine.packing)
     durable: bool | None = None  # wait for replicas (None: the task's, else DURABLE)
+    limits: str = ""  # its limits and expiry as enqueue.lua takes them (engine/limits.py)
 
 
 def spec(
@@ -82,9 +85,13 @@ def spec(
     max_attempts: int | None = None,
     visibility_timeout: float | None = None,
     durable: bool | None = None,
+    limit_key: str | None = None,
+    expires: float | timedelta | None = None,
 ) -> JobSpec:
     """Check everything about a job without writing it. ``durable``: the write waits for
-    replicas (see ``enqueue``)."""
+    replicas (see ``enqueue``). ``limit_key``: the task's rate and concurrency apply to the
+    jobs of each key apart; ``expires``: seconds (or a timedelta) after its due time that the
+    job may still start, instead of the task's (docs/limits.md)."""
     config = get_settings()
     target = _target(task, queue, max_attempts, visibility_timeout, config)
     mode, ms = to_due(delay, eta)
@@ -101,7 +108,8 @@ def spec(
         durable = target.durable
     else:
         check_flag(durable, "durable")
-    return JobSpec(job, mode, ms, on_conflict, packed, durable)
+    limits = job_limits(target.name, target.limits, target.expires_ms, limit_key, expires)
+    return JobSpec(job, mode, ms, on_conflict, packed, durable, limits)
 
 
 def spec_encoded(
@@ -125,7 +133,8 @@ def spec_encoded(
     job_id = new_job_id()
     queue = shard_for(target.queue, job_id) if target.sharded else target.queue
     job = Job(id=job_id, queue=queue, task=target.name)
-    return JobSpec(job, due[0], due[1], "keep", packed, target.durable)
+    limits = job_limits(target.name, target.limits, target.expires_ms, None, None)
+    return JobSpec(job, due[0], due[1], "keep", packed, target.durable, limits)
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,8 @@ class _Target:
     vt: str  # visibility timeout ms, or "" for the worker's default
     durable: bool | None  # the task's durable=, if it says
     sharded: bool  # the queue has shards (engine/shards.py)
+    limits: Limits | None = None  # the task's rate and concurrency (engine/limits.py)
+    expires_ms: int | None = None  # the task's expiry
 
 
 _targets: dict[tuple[Any, ...], _Target] = {}
@@ -191,7 +202,13 @@ def _check_target(
     vt = "" if timeout is None else str(round(check_visibility_timeout(timeout) * 1000))
     durable = getattr(task_obj, "dq_durable", None)
     sharded = shard_count(queue) > 1
-    return _Target(task, config, name, queue, str(attempts), vt, durable, sharded)
+    limits, expires_ms = (
+        getattr(task_obj, "dq_limits", None),
+        getattr(task_obj, "dq_expires_ms", None),
+    )
+    return _Target(
+        task, config, name, queue, str(attempts), vt, durable, sharded, limits, expires_ms
+    )
 
 
 def _first_given(*values: Any) -> Any:
@@ -226,7 +243,9 @@ def spec_many(
         job_id = new_job_id()
         shard = shard_for(queue, job_id) if sharded else first.job.queue
         job = Job(id=job_id, queue=shard, task=first.job.task)
-        specs.append(JobSpec(job, first.mode, first.ms, "keep", packed, first.durable))
+        specs.append(
+            JobSpec(job, first.mode, first.ms, "keep", packed, first.durable, first.limits)
+        )
     return specs
 
 

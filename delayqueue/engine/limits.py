@@ -1,0 +1,46 @@
+"""Deployment-wide limits in Redis (docs/limits.md): what a limited job carries to
+enqueue.lua, and the read of each limit's state for the admin and the command line.
+
+A job with a rate or concurrency limit, or an expiry, has a hash from the start; its field
+``lim`` holds its limits and limit key, ``exp`` the ms after which it is not started
+(lua/_limits.lua). The state of one limit lives in the job's queue's slot, under
+``QueueKeys.limit_prefix + limit_name(task, limit_key)``: ``:r`` the rate's sliding-window
+log, ``:c`` the jobs holding a slot, ``:w`` the jobs waiting for one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WINDOW_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A task's limits: at most ``rate`` starts in any ``window_ms`` (0: no rate), at most
+    ``concurrency`` running at once (0: none)."""
+
+    rate: int = 0
+    window_ms: int = 1_000
+    concurrency: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.rate or self.concurrency)
+
+    @property
+    def rate_text(self) -> str:
+        """The rate as it is written: "20/s"; "" for none."""
+        if not self.rate:
+            return ""
+        unit = next((u for u, ms in WINDOW_MS.items() if ms == self.window_ms), None)
+        return f"{self.rate}/{unit}" if unit else f"{self.rate}/{self.window_ms}ms"
+
+
+def limits_arg(limits: Limits | None, limit_key: str, expires_ms: int | None) -> str:
+    """enqueue.lua's limits argument of one job: "" for a job with neither limits nor an
+    expiry, else "<expires ms or ''>\\n<lim or ''>" (lim: rate, window, concurrency, key)."""
+    if not limits and expires_ms is None:
+        return ""
+    lim = ""
+    if limits:
+        lim = f"{limits.rate}\n{limits.window_ms}\n{limits.concurrency}\n{limit_key}"
+    return f"{'' if expires_ms is None else expires_ms}\n{lim}"
