@@ -7,32 +7,42 @@ import json
 import os
 import time
 from datetime import timedelta
+from typing import Any
+
+from celery import Task
 
 from delayqueue import delayed_task
+from delayqueue.wire import HEADER_CLAIMED, HEADER_DUE, header_ms
 from tests.support.jobs import _client
 
 RUNS = "test:limit_runs"
 QUEUE = "limits"
 
 
-def _run(kind: str, tag: str, seconds: float = 0.0) -> None:
+def _run(kind: str, tag: str, seconds: float = 0.0, request: Any = None) -> None:
     started = time.time()
     if seconds:
         time.sleep(seconds)
+    # the instant the claim counted the start at (Redis's clock): its due time when claimed
+    # ahead of it, else the claim's (a batch's jobs carry theirs in the batch, not here)
+    claimed, due = header_ms(request, HEADER_CLAIMED), header_ms(request, HEADER_DUE)
+    counted = max(claimed, due or 0) if claimed is not None else None
     with _client() as client:
         report = {
-            "kind": kind,
-            "tag": tag,
-            "start": started,
-            "end": time.time(),
-            "pid": os.getpid(),
-        }
+            "kind": kind, "tag": tag, "start": started, "end": time.time(), "pid": os.getpid(),
+            "counted_ms": counted,
+        }  # fmt: skip
         client.rpush(RUNS, json.dumps(report))
 
 
-@delayed_task(queue=QUEUE, rate="5/s", max_attempts=50, visibility_timeout=3)
-def rated(tag: str) -> None:
-    _run("rated", tag)
+@delayed_task(queue=QUEUE, rate="5/s", max_attempts=50, visibility_timeout=3, bind=True)
+def rated(self: Task, tag: str) -> None:
+    _run("rated", tag, request=self.request)
+
+
+@delayed_task(queue=QUEUE, rate="5/s", batch=4, max_attempts=50, visibility_timeout=3)
+def rated_batched(tag: str) -> None:
+    _run("rated_batched", tag)
 
 
 @delayed_task(queue=QUEUE, concurrency=2, max_attempts=50, visibility_timeout=3)
