@@ -15,7 +15,7 @@ from celery.local import Proxy
 from delayqueue import tasks  # noqa: F401
 from delayqueue.conf import get_settings
 from delayqueue.engine.limits import Limits
-from delayqueue.engine.shards import declare
+from delayqueue.engine.shards import declare, declare_limited
 from delayqueue.producer import async_client, client
 from delayqueue.producer.due import delay_seconds
 from delayqueue.producer.task_options import limit_options, task_options
@@ -362,6 +362,8 @@ def delayed_task(
             )
         if shards is not None:  # refused before the task exists: no half-made task
             declare(queue or str(get_settings().default_queue), shards)
+        if options["dq_limits"]:
+            declare_limited(queue or str(get_settings().default_queue))
         task = shared_task(base=DelayedTask, **options, **celery_options)(function)
         return cast(DelayedTask, per_app(task))
 

@@ -13,8 +13,8 @@ from celery import Task
 
 from delayqueue.celery_app import resolve_task
 from delayqueue.conf import Settings, get_settings
-from delayqueue.engine.keys import check_queue_name, new_job_id
-from delayqueue.engine.limits import Limits
+from delayqueue.engine.keys import check_queue_name, limit_name, new_job_id
+from delayqueue.engine.limits import Limits, limits_arg
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
 from delayqueue.errors import NotSerializable, UnknownTask
@@ -101,8 +101,10 @@ def spec(
     check_on_conflict(on_conflict)
     packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "")
     job_id = new_job_id()
-    # a sharded queue's job lives in the shard its key (else its id) hashes to
-    queue = shard_for(target.queue, key or job_id) if target.sharded else target.queue
+    # a sharded queue's job lives in the shard its limit's name, else its key, else its id
+    # hashes to
+    routing = limit_name(target.name, limit_key or "") if target.limits else key or job_id
+    queue = shard_for(target.queue, routing) if target.sharded else target.queue
     job = Job(id=job_id, queue=queue, task=target.name, key=key)
     if durable is None:
         durable = target.durable
@@ -121,6 +123,7 @@ def spec_encoded(
     queue: str | None = None,
     max_attempts: int | None = None,
     visibility_timeout: float | None = None,
+    limits: tuple[Limits | None, int | None, str] = (None, None, ""),
 ) -> JobSpec:
     """``spec()`` for a caller that encoded the arguments itself (each part as
     ``wire.encode_args`` writes it: checked, no newline) and has its due time as
@@ -131,10 +134,15 @@ def spec_encoded(
     check_size(args_json, kwargs_json, config.max_payload_bytes)
     packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt)
     job_id = new_job_id()
-    queue = shard_for(target.queue, job_id) if target.sharded else target.queue
+    # ``limits``: the caller's own (rate and concurrency, expiry ms, limit key), else the task's
+    own, expires_ms, limit_key = limits
+    if not own and expires_ms is None:
+        own, expires_ms = target.limits, target.expires_ms
+    routing = limit_name(target.name, limit_key) if own else job_id
+    queue = shard_for(target.queue, routing) if target.sharded else target.queue
     job = Job(id=job_id, queue=queue, task=target.name)
-    limits = job_limits(target.name, target.limits, target.expires_ms, None, None)
-    return JobSpec(job, due[0], due[1], "keep", packed, target.durable, limits)
+    encoded = limits_arg(own, limit_key, expires_ms)
+    return JobSpec(job, due[0], due[1], "keep", packed, target.durable, encoded)
 
 
 @dataclass(frozen=True)
@@ -237,11 +245,12 @@ def spec_many(
     specs = [first]
     queue = logical(first.job.queue)
     sharded = shard_count(queue) > 1
+    limited = bool(first.limits.partition("\n")[2])  # (its jobs share their limit's shard)
     for index, args in enumerate(rest, 1):
         _positional(args, index)
         packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
         job_id = new_job_id()
-        shard = shard_for(queue, job_id) if sharded else first.job.queue
+        shard = shard_for(queue, job_id) if sharded and not limited else first.job.queue
         job = Job(id=job_id, queue=shard, task=first.job.task)
         specs.append(
             JobSpec(job, first.mode, first.ms, "keep", packed, first.durable, first.limits)

@@ -70,3 +70,8 @@ def runs(kind: str | None = None) -> list[dict[str, object]]:
     with _client() as client:
         found = [json.loads(raw) for raw in client.lrange(RUNS, 0, -1)]
     return [run for run in found if kind is None or run["kind"] == kind]
+
+
+@delayed_task(queue="limits_sharded", shards=4, rate="3/s")
+def sharded(tag: str) -> None:
+    _run("sharded", tag)
