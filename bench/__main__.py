@@ -25,12 +25,22 @@ SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "mem
 # ``async`` is the async API's (bench/async_enqueue.py); ``periodic`` periodic jobs' against
 # Celery beat (bench/periodic.py); ``tasks`` Django's Tasks API on delayqueue
 # (bench/tasks_backend.py).
-OPT_IN = ("cluster", "async", "periodic", "tasks")
+# ``limits`` what limits cost and how closely a rate holds (bench/limits.py).
+OPT_IN = ("cluster", "async", "periodic", "tasks", "limits")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]:
-    from bench import async_enqueue, bursts, cluster, periodic, tasks_backend, throughput, timing
+    from bench import (
+        async_enqueue,
+        bursts,
+        cluster,
+        limits,
+        periodic,
+        tasks_backend,
+        throughput,
+        timing,
+    )
 
     return {
         "enqueue": throughput.enqueue,
@@ -45,6 +55,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "async": async_enqueue.async_enqueue,
         "periodic": periodic.periodic,
         "tasks": tasks_backend.tasks,
+        "limits": limits.limits,
     }
 
 

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from delayqueue.engine.clients import get_raw_redis, redis_now_ms
+from delayqueue.engine.keys import limit_name, queue_keys
+from delayqueue.engine.reads import Reads
+from delayqueue.engine.redis_errors import redis_errors
+
 WINDOW_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000}
 
 
@@ -44,3 +49,58 @@ def limits_arg(limits: Limits | None, limit_key: str, expires_ms: int | None) ->
     if limits:
         lim = f"{limits.rate}\n{limits.window_ms}\n{limits.concurrency}\n{limit_key}"
     return f"{'' if expires_ms is None else expires_ms}\n{lim}"
+
+
+@dataclass(frozen=True)
+class LimitState:
+    """One limit's state as Redis holds it now: the starts its rate counted in the window
+    ending now, the jobs holding a slot, the due jobs waiting for one."""
+
+    queue: str
+    task: str
+    limit_key: str
+    starts: int
+    running: int
+    waiting: int
+
+
+MOST_LIMITS = 100  # limits (keys) of one task read at once
+SCAN_BUDGET = 10_000  # keys a read looks at to find them
+
+
+def limit_states(queue: str, task: str, window_ms: int, notes: list[str]) -> list[LimitState]:
+    """The state of task ``task``'s limits on ``queue`` (without a key, and each limit key
+    with state), at most MOST_LIMITS of them; an idle limit has none (its keys expired)."""
+    keys = queue_keys(queue)
+    head = keys.limit_prefix + limit_name(task)
+    client = get_raw_redis()
+    with redis_errors():
+        found: list[str] = []
+        for number, key in enumerate(
+            client.scan_iter(match=_glob_escaped(head) + "*", count=1_000)
+        ):
+            base = key.decode("utf-8", "surrogateescape")[:-2]
+            if base not in found:
+                found.append(base)
+            if len(found) >= MOST_LIMITS or number >= SCAN_BUDGET:
+                break
+        now = redis_now_ms(client)
+        reads = Reads(client, notes)
+        slots = [
+            (
+                base,
+                reads.add("zcount", base + ":r", f"({now - window_ms}", "+inf", default=0),
+                reads.add("zcount", base + ":c", f"({now}", "+inf", default=0),
+                reads.add("zcard", base + ":w", default=0),
+            )
+            for base in sorted(found)
+        ]
+        replies = reads.run()
+    return [
+        LimitState(queue, task, base[len(head) :], replies[r], replies[c], replies[w])
+        for base, r, c, w in slots
+    ]
+
+
+def _glob_escaped(text: str) -> str:
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

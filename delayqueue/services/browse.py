@@ -48,6 +48,7 @@ _ROW_FIELDS = (
 )
 
 Entry = tuple[bytes, float]  # a zset member as stored, and its score
+_SCAN_FIELDS = (JobField.TASK, JobField.KEY, JobField.REASON)  # what a search looks at
 
 
 def job_id_of(member: bytes) -> str | None:
@@ -140,6 +141,7 @@ class JobPage:
     elsewhere_id: str = ""
     elsewhere_link: str | None = None  # elsewhere_id when it is a job id
     tasks_seen: list[str] = field(default_factory=list)
+    reason: str = ""  # only dead jobs that died for this reason ("expired")
     now_ms: int = 0
     notes: list[str] = field(default_factory=list)  # keys of the wrong type, shown as empty
 
@@ -224,6 +226,7 @@ def job_page(
     order: Order = "asc",
     search: str = "",
     task: str = "",
+    reason: str = "",
 ) -> JobPage:
     """One page of a queue's jobs in one state, newest or oldest first, optionally searched
     (exact job id, exact dedupe key, else a bounded scan over task name and key) and filtered
@@ -233,13 +236,15 @@ def job_page(
     form ignores case and surrounding spaces."""
     task = task.strip()
     now = redis_now()
-    result = JobPage(queue, state, order, page, [], 0, 0, 1, search, task, now_ms=now)
+    result = JobPage(
+        queue, state, order, page, [], 0, 0, 1, search, task, now_ms=now, reason=reason
+    )
     result.total = result.matched = queues.count(queue, state, result.notes)
     if search and not task:
         if _find_exact(result):
             _check_page(page, result.pages)
             return result
-    if search or task:
+    if search or task or reason:
         _scan(result)
         return result
     result.pages = _pages(result.total)
@@ -286,14 +291,14 @@ def _scan(result: JobPage) -> None:
         want = min(SCAN_CHUNK, SEARCH_WINDOW - scanned)
         entries = _range(scanned, scanned + want - 1, result)
         members = [member for member, _ in entries]
-        found = record.fields_of(
-            queue_keys(result.queue), members, (JobField.TASK, JobField.KEY), result.notes
-        )
+        found = record.fields_of(queue_keys(result.queue), members, _SCAN_FIELDS, result.notes)
         for entry, fields in zip(entries, found, strict=True):
             task, key = fields.get(JobField.TASK, ""), fields.get(JobField.KEY, "")
             if task:
                 seen_tasks.add(task[:ID_CHARS])
             if result.task and task != result.task:
+                continue
+            if result.reason and fields.get(JobField.REASON) != result.reason:
                 continue
             if needle and not (needle in task.lower() or needle in key.lower()):
                 continue

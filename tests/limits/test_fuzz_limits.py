@@ -10,7 +10,7 @@ from typing import cast
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from delayqueue.engine import transitions
@@ -20,16 +20,20 @@ from tests.support import limit_tasks
 from tests.support.fuzzing import examples
 
 Q = queue_keys(limit_tasks.QUEUE)
-TASK = limit_tasks.keyed  # rate 4/s, concurrency 1
+KEYED = limit_tasks.keyed  # rate 4/s and concurrency 1, per key
+RATED = limit_tasks.rated  # rate 5/s
 KEYS = ["", "a", "b"]
+WHAT = ["rated", "rated", "rated", *KEYS]  # what a schedule step schedules
+LIMITS = [(KEYED, key, 4, 1) for key in KEYS] + [(RATED, "", 5, None)]
 
 steps = st.lists(
     st.one_of(
-        st.tuples(st.just("schedule"), st.integers(0, 900), st.sampled_from(KEYS)),
-        st.tuples(st.just("claim"), st.integers(1, 8), st.just("")),
+        st.tuples(st.just("schedule"), st.integers(0, 900), st.sampled_from(WHAT)),
+        st.tuples(st.just("schedule"), st.integers(0, 900), st.sampled_from(WHAT)),
+        st.tuples(st.just("claim"), st.integers(1, 12), st.just("")),
         st.tuples(st.just("finish"), st.integers(0, 50), st.sampled_from(["ack", "fail"])),
     ),
-    max_size=40,
+    max_size=60,
 )
 
 
@@ -51,6 +55,8 @@ def forget(r: redis.Redis) -> None:
 @pytest.mark.fuzz
 @settings(max_examples=examples(60), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=steps)
+@example(steps=[("schedule", 100 * i, "rated") for i in range(8)] + [("claim", 12, "")])
+@example(steps=[("schedule", 0, "a"), ("schedule", 0, "a"), ("claim", 2, ""), ("claim", 2, "")])
 def test_any_interleaving_keeps_the_limits_and_every_job(
     r: redis.Redis, steps: list[tuple[str, int, str]]
 ) -> None:
@@ -60,9 +66,12 @@ def test_any_interleaving_keeps_the_limits_and_every_job(
     done: set[str] = set()
     for kind, number, detail in steps:
         if kind == "schedule":
-            job = TASK.delay_for(
-                "x", seconds=number / 1000, limit_key=detail or None, on_commit=False
-            )
+            if detail == "rated":
+                job = RATED.delay_for("x", seconds=number / 1000, on_commit=False)
+            else:
+                job = KEYED.delay_for(
+                    "x", seconds=number / 1000, limit_key=detail or None, on_commit=False
+                )
             scheduled.add(job.id)
         elif kind == "claim":
             claim = run(transitions.claim(Q, limit=number, visibility_ms=60_000, ahead_ms=1000))
@@ -80,11 +89,11 @@ def test_any_interleaving_keeps_the_limits_and_every_job(
                     max_attempts=1000, dead_max=1000,
                 )  # fmt: skip
                 assert run(call) == "retry"
-        for key in KEYS:
-            base = Q.limit_prefix + limit_name(TASK.name, key)
+        for task, key, rate, concurrency in LIMITS:
+            base = Q.limit_prefix + limit_name(task.name, key)
             log = cast(list[tuple[str, float]], r.zrange(base + ":r", 0, -1, withscores=True))
-            assert most_in_a_window([score for _, score in log], 1000) <= 4
-            assert r.zcard(base + ":c") <= 1
+            assert most_in_a_window([score for _, score in log], 1000) <= rate
+            assert concurrency is None or r.zcard(base + ":c") <= concurrency
         in_scheduled = set(r.zrange(Q.scheduled, 0, -1))
         in_flight = set(r.zrange(Q.inflight, 0, -1))
         assert in_flight == set(running) and not in_scheduled & in_flight

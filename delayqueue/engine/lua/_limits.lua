@@ -1,4 +1,5 @@
--- Provides parse_limits, limit_gate, admit, defer_until, release_slot and expired_at: a task's
+-- Provides parse_limits, limit_gate, admit, flush_limits, defer_until, release_slot and
+-- expired_at: a task's
 -- deployment-wide limits (docs/limits.md).
 -- A limited job has a hash from the start (enqueue.lua), whose field 'lim' is
 --   "<rate>\n<window ms>\n<concurrency>\n<limit key>"   (rate or concurrency 0: none)
@@ -17,20 +18,34 @@ local MAX_LIMIT = 1e9
 
 -- The job's limits from its 'lim' field: {rate, window, conc, key}, or nil when it has none
 -- or the field is malformed (then it is not limited: claim.lua sends it to dead first).
+local parsed_limits = {}  -- lim -> its parse, within one script call (jobs share theirs)
+
 local function parse_limits(lim)
   if not lim then return nil end
+  local known = parsed_limits[lim]
+  if known ~= nil then return known or nil end
   local rate, window, conc, key = string.match(lim, '^(%d+)\n(%d+)\n(%d+)\n(.*)$')
   rate, window, conc = tonumber(rate), tonumber(window), tonumber(conc)
   if not (rate and window and conc) or rate > MAX_LIMIT or conc > MAX_LIMIT
       or window < 1 or window > MAX_VT_MS or (rate == 0 and conc == 0) then
+    parsed_limits[lim] = false
     return nil
   end
-  return {rate = rate, window = window, conc = conc, key = key}
+  local l = {rate = rate, window = window, conc = conc, key = key}
+  parsed_limits[lim] = l
+  return l
 end
 
 -- The key prefix of the limit `l` of task `task` under `prefix`.
 local function limit_base(prefix, task, l)
-  return prefix .. #task .. ':' .. task .. ':' .. l.key
+  local bases = l.bases or {}
+  l.bases = bases
+  local base = bases[task]
+  if not base then
+    base = prefix .. #task .. ':' .. task .. ':' .. l.key
+    bases[task] = base
+  end
+  return base
 end
 
 -- Sets the TTL of `k` to at least `ms` (a key that has none gets this one).
@@ -41,35 +56,74 @@ local function keep_for(k, ms)
 end
 
 -- Whether one more job of limit `l` may start at `at` (>= now; the ms it will start): its
--- rate's log holds fewer than `rate` starts after at - window (no later start exists but
+-- rate's log holds fewer than `rate` starts after now - window (no later start exists but
 -- ones claimed ahead, which count too, so every window holding `at` stays within the rate),
--- and fewer than `conc` jobs hold a slot. `gate` caches per limit what one call learned:
--- slots that passed their deadline are dropped once. Returns ok, rate_full, conc_full.
+-- and fewer than `conc` jobs hold a slot. `gate` keeps per limit what one call learned and
+-- the writes it owes (flush_limits): each key is read once per call, not once per job.
+-- Returns ok, rate_full, conc_full.
 local function limit_gate(gate, base, l, now, at)
-  if not gate[base] then
-    if l.conc > 0 then redis.call('ZREMRANGEBYSCORE', base .. ':c', '-inf', now) end
+  local state = gate[base]
+  if not state then
+    state = {deferred = 0, starts = 0, running = 0, waiters = 0, log = {}, slots = {},
+             log_ms = 0, slots_ms = 0}
     if l.rate > 0 then
       redis.call('ZREMRANGEBYSCORE', base .. ':r', '-inf', now - l.window)
+      state.starts = redis.call('ZCARD', base .. ':r')
     end
-    gate[base] = {deferred = 0}
+    if l.conc > 0 then
+      redis.call('ZREMRANGEBYSCORE', base .. ':c', '-inf', now)
+      state.running = redis.call('ZCARD', base .. ':c')
+      state.waiters = redis.call('ZCARD', base .. ':w')
+    end
+    gate[base] = state
   end
-  local rate_full = l.rate > 0 and
-      redis.call('ZCOUNT', base .. ':r', '(' .. (at - l.window), '+inf') >= l.rate
-  local conc_full = l.conc > 0 and redis.call('ZCARD', base .. ':c') >= l.conc
+  local rate_full = l.rate > 0 and state.starts >= l.rate
+  local conc_full = l.conc > 0 and state.running >= l.conc
   return not (rate_full or conc_full), rate_full, conc_full
 end
 
 -- Counts the start of dispatch `token` of job `id` at `at` against limit `l`; the job holds a
--- slot until `deadline` (or until ack, failure, reap or bury free it).
-local function admit(base, l, id, token, now, at, deadline)
+-- slot until `deadline` (or until ack, failure, reap or bury free it). Written by
+-- flush_limits.
+local function admit(gate, base, l, id, token, now, at, deadline)
+  local state = gate[base]
   if l.rate > 0 then
-    redis.call('ZADD', base .. ':r', at, id .. ':' .. token)
-    keep_for(base .. ':r', at - now + l.window)
+    state.starts = state.starts + 1
+    state.log[#state.log + 1] = at
+    state.log[#state.log + 1] = id .. ':' .. token
+    state.log_ms = math.max(state.log_ms, at - now + l.window)
   end
   if l.conc > 0 then
-    redis.call('ZADD', base .. ':c', deadline, id)
-    keep_for(base .. ':c', deadline - now + 1000)
-    redis.call('ZREM', base .. ':w', id)
+    state.running = state.running + 1
+    state.slots[#state.slots + 1] = deadline
+    state.slots[#state.slots + 1] = id
+    state.slots_ms = math.max(state.slots_ms, deadline - now + 1000)
+    if state.waiters > 0 then
+      state.waiters = state.waiters - redis.call('ZREM', base .. ':w', id)
+    end
+  end
+end
+
+-- Writes what admit counted for limit `base` (all of them when `base` is nil).
+local function flush_limits(gate, base)
+  for name, state in pairs(gate) do
+    if not base or name == base then
+      if #state.log > 0 then
+        for i = 1, #state.log, 2000 do
+          redis.call('ZADD', name .. ':r', unpack(state.log, i, math.min(#state.log, i + 1999)))
+        end
+        keep_for(name .. ':r', state.log_ms)
+        state.log = {}
+      end
+      if #state.slots > 0 then
+        for i = 1, #state.slots, 2000 do
+          redis.call('ZADD', name .. ':c',
+                     unpack(state.slots, i, math.min(#state.slots, i + 1999)))
+        end
+        keep_for(name .. ':c', state.slots_ms)
+        state.slots = {}
+      end
+    end
   end
 end
 
@@ -79,6 +133,7 @@ end
 -- once, not once per window; a job over the concurrency waits in :w, due again at the
 -- earliest slot's deadline (the finishing job wakes it before that: release_slot).
 local function defer_until(gate, base, l, id, now, rate_full, conc_full)
+  flush_limits(gate, base)
   local state = gate[base]
   local j = state.deferred
   state.deferred = j + 1
@@ -96,7 +151,7 @@ local function defer_until(gate, base, l, id, now, rate_full, conc_full)
   if conc_full then
     local head = redis.call('ZRANGE', base .. ':c', 0, 0, 'WITHSCORES')
     local deadline = tonumber(head[2]) or now + 1
-    redis.call('ZADD', base .. ':w', 'NX', now, id)
+    state.waiters = state.waiters + redis.call('ZADD', base .. ':w', 'NX', now, id)
     keep_for(base .. ':w', deadline - now + 1000)
     due = math.max(due, deadline)
   end

@@ -167,7 +167,9 @@ for _, plan in ipairs(plans) do
       deadlines[#deadlines + 1] = deadline
       deadlines[#deadlines + 1] = id
       claimed[#claimed + 1] = {id, token, attempt, f[1], f[2], f[3] or '', due_of[id] or ''}
-      if plan.base then admit(plan.base, plan.limits, id, token, now, plan.at, deadline) end
+      if plan.base then
+        admit(gate, plan.base, plan.limits, id, token, now, plan.at, deadline)
+      end
     else
       if not plan.foreign then redis.call('HSET', job, 'why', plan.why) end
       if plan.expired then
@@ -182,6 +184,7 @@ for _, plan in ipairs(plans) do
     gone[#gone + 1] = id
   end
 end
+flush_limits(gate)
 chunked('ZADD', KEYS[2], deadlines, 2)
 chunked('ZADD', KEYS[6], buried, 2)
 chunked('ZREM', KEYS[1], gone, 1)
