@@ -83,3 +83,21 @@ def test_a_limited_job_can_be_cancelled_and_replaced_by_its_key(r: redis.Redis) 
     assert replaced.id == first.id and replaced.outcome == "replaced"
     assert r.hget(Q.job(first.id), "args") == '["b"]'
     assert limit_tasks.rated.cancel(key="k") and not r.exists(Q.job(first.id))
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [({"RATE": "20/x"}, "rate"), ({"CONCURRENCY": -2}, "concurrency"), ({"EXPIRES": 0}, "expires")],
+)
+def test_a_system_check_reports_bad_limits_in_settings(options: dict[str, Any], named: str) -> None:
+    from django.core.checks import run_checks
+    from django.test import override_settings
+
+    tasks = {
+        "default": {"BACKEND": "delayqueue.tasks_backend.DelayQueueBackend", "OPTIONS": options}
+    }
+    with override_settings(TASKS=tasks):
+        found = [m for m in run_checks(tags=["delayqueue"]) if m.id == "delayqueue.E030"]
+    assert len(found) == 1 and named in found[0].msg and "TASKS['default']" in found[0].msg
+    with override_settings(TASKS={"default": {**tasks["default"], "OPTIONS": {"RATE": "5/m"}}}):
+        assert not [m for m in run_checks(tags=["delayqueue"]) if m.id == "delayqueue.E030"]
