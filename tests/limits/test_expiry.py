@@ -116,3 +116,11 @@ def test_a_bad_expires_is_refused_at_the_call(r: redis.Redis, expires: Any) -> N
     with pytest.raises(InvalidOption, match="expires"):
         limit_tasks.expiring.delay_for("x", seconds=0, expires=expires, on_commit=False)
     assert r.zcard(Q.scheduled) == 0
+
+
+def test_an_expired_job_retried_by_an_operator_runs(r: redis.Redis) -> None:
+    job = limit_tasks.expiring.delay_for("late", seconds=0, expires=0.01, on_commit=False)
+    time.sleep(0.05)
+    assert claim().expired == [job.id]
+    assert run(transitions.requeue(Q, job.id)) == "requeued"
+    assert [claimed.id.decode() for claimed in claim().jobs] == [job.id]

@@ -101,3 +101,17 @@ def test_a_system_check_reports_bad_limits_in_settings(options: dict[str, Any], 
     assert len(found) == 1 and named in found[0].msg and "TASKS['default']" in found[0].msg
     with override_settings(TASKS={"default": {**tasks["default"], "OPTIONS": {"RATE": "5/m"}}}):
         assert not [m for m in run_checks(tags=["delayqueue"]) if m.id == "delayqueue.E030"]
+
+
+def test_the_async_api_takes_a_limit_key_and_an_expiry(r: redis.Redis) -> None:
+    import asyncio
+
+    async def main() -> delayqueue.Job:
+        return await limit_tasks.keyed.adelay_for(
+            "x", seconds=10, limit_key="p:2", expires=60, on_commit=False
+        )
+
+    job = asyncio.run(main())
+    assert r.hget(Q.job(job.id), "lim") == "4\n1000\n1\np:2"
+    due = r.zscore(Q.scheduled, job.id)
+    assert due is not None and r.hget(Q.job(job.id), "exp") == str(int(due) + 60_000)
