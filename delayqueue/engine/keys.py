@@ -261,6 +261,7 @@ class ScheduleField:
     MISSED: Final = "missed"  # "once" | "all" | "skip"
     SOURCE: Final = "src"  # "code" | "settings"
     SPEC: Final = "spec"  # the packed spec of every occurrence (engine/packing.py)
+    LIMITS: Final = "lim"  # their limits and expiry, as enqueue.lua takes them ("" for none)
     NEXT: Final = "next"  # ms of the occurrence whose job is scheduled
     JOB: Final = "job"  # that occurrence's job id
     LAST: Final = "last"  # ms of the last occurrence that was run

@@ -11,11 +11,13 @@ from datetime import timedelta
 from typing import Any
 
 from delayqueue.conf import get_settings
+from delayqueue.engine.limits import limits_arg
 from delayqueue.errors import DelayQueueError, InvalidOption
 from delayqueue.periodic import registry
 from delayqueue.periodic.rules import parse_rule
 from delayqueue.producer.decorator import DelayedTask, delayed_task
 from delayqueue.producer.job_spec import spec
+from delayqueue.producer.task_options import checked_limits
 
 
 def _every_ms(every: float | timedelta | None) -> int | None:
@@ -34,7 +36,7 @@ def _declared(
     timezone: str | None,
     missed: object,
     source: registry.Source,
-    build: Callable[[], tuple[str, str]],
+    build: Callable[[], tuple[str, str, str]],
 ) -> registry.Declared:
     rule = parse_rule(cron=cron, every=every, timezone=timezone)  # InvalidOption when bad
     return registry.Declared(
@@ -54,10 +56,17 @@ def _builder(
     args: Sequence[Any],
     kwargs: Mapping[str, Any] | None,
     queue: str | None,
-) -> Callable[[], tuple[str, str]]:
-    def build() -> tuple[str, str]:
+    limits: tuple[str | None, int | None, float | None] = (None, None, None),
+) -> Callable[[], tuple[str, str, str]]:
+    """The occurrences' (queue, packed spec, limits): the task's limits, or ``limits`` (rate,
+    concurrency, expires) where a settings entry gives any."""
+    own = checked_limits(*limits) if any(v is not None for v in limits) else None
+
+    def build() -> tuple[str, str, str]:
         made = spec(task, args, kwargs, delay=0, queue=queue)
-        return made.job.queue, made.packed
+        if own is None:
+            return made.job.queue, made.packed, made.limits
+        return made.job.queue, made.packed, limits_arg(own[0], "", own[1])
 
     return build
 
@@ -108,7 +117,10 @@ def periodic_task(
     return wrap(fn) if fn is not None else wrap
 
 
-SETTING_KEYS = {"task", "cron", "every", "timezone", "args", "kwargs", "queue", "missed"}
+SETTING_KEYS = {
+    "task", "cron", "every", "timezone", "args", "kwargs", "queue", "missed",
+    "rate", "concurrency", "expires",
+}  # fmt: skip
 
 
 def from_settings() -> list[registry.Declared]:
@@ -143,7 +155,11 @@ def from_settings() -> list[registry.Declared]:
                     missed=entry.get("missed", "once"),
                     source="settings",
                     build=_builder(
-                        task, entry.get("args", ()), entry.get("kwargs"), entry.get("queue")
+                        task,
+                        entry.get("args", ()),
+                        entry.get("kwargs"),
+                        entry.get("queue"),
+                        (entry.get("rate"), entry.get("concurrency"), entry.get("expires")),
                     ),
                 )
             )

@@ -79,7 +79,7 @@ def reconcile() -> Reconciled:
     whichever is later, so the occurrence that is running is not run twice."""
     result = Reconciled()
     now = redis_now()
-    planned: list[tuple[registry.Declared, str, str, Rule]] = []
+    planned: list[tuple[registry.Declared, str, str, str, Rule]] = []
     names: set[str] = set()
     for item in registry.declared():
         if item.name in names:
@@ -87,21 +87,22 @@ def reconcile() -> Reconciled:
             continue
         names.add(item.name)
         try:
-            queue, spec = item.build()
+            queue, spec, limits = item.build()
             every = str(item.every_ms) if item.every_ms else None
-            planned.append((item, queue, spec, _rule(item.cron, every, item.timezone)))
+            rule = _rule(item.cron, every, item.timezone)
+            planned.append((item, queue, spec, limits, rule))
         except RedisUnavailable:
             raise
         except DelayQueueError as exc:
             result.failed[item.name] = str(exc)
             logger.error("schedule %s cannot be planned: %s", item.name, exc)
-    known = sorted(set(queue_names().names) | {queue for _, queue, _, _ in planned})
+    known = sorted(set(queue_names().names) | {queue for _, queue, _, _, _ in planned})
     stored: dict[str, list[schedules.StoredSchedule]] = {}
     for queue in known:
         for found in schedules.stored(queue):
             stored.setdefault(found.name, []).append(found)
-    for item, queue, spec, rule in planned:
-        _upsert(item, queue, spec, rule, now, stored.pop(item.name, []), result)
+    for item, queue, spec, limits, rule in planned:
+        _upsert(item, queue, (spec, limits), rule, now, stored.pop(item.name, []), result)
     for name, gone in stored.items():
         if name in result.failed:  # declared, but not plannable now: left as it is
             continue
@@ -115,13 +116,14 @@ def reconcile() -> Reconciled:
 def _upsert(
     item: registry.Declared,
     queue: str,
-    spec: str,
+    made: tuple[str, str],  # the occurrences' packed spec, and their limits (or "")
     rule: Rule,
     now: int,
     found: list[schedules.StoredSchedule],
     result: Reconciled,
 ) -> None:
-    print_ = fingerprint(item, rule, spec)
+    spec, limits = made
+    print_ = fingerprint(item, rule, f"{spec}\n{limits}" if limits else spec)
     for stored in found:
         if stored.queue != queue:  # moved to another queue: the old one goes
             run(schedules.unplan(queue_keys(stored.queue), item.name, "remove"))
@@ -142,6 +144,7 @@ def _upsert(
         ScheduleField.FINGERPRINT: print_,
         ScheduleField.MISSED: item.missed,
         ScheduleField.SOURCE: item.source,
+        ScheduleField.LIMITS: limits,
     }
     run(plan_call(queue, item.name, next_ms, spec, fields))
     if current is not None and current.paused:  # a changed paused schedule stays paused

@@ -27,7 +27,7 @@ class Declared:
     source: Source
     # (queue, packed spec) of the occurrences; raises a DelayQueueError when the task, its
     # arguments or its queue cannot be scheduled
-    build: Callable[[], tuple[str, str]]
+    build: Callable[[], tuple[str, str, str]]
 
 
 _in_code: dict[str, Declared] = {}

@@ -154,7 +154,8 @@ def run_now(name: str) -> str | None:
     spec = stored.get(ScheduleField.SPEC) if stored is not None else None
     if stored is None or not spec:
         return None
-    job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec)
+    limits = stored.get(ScheduleField.LIMITS) or ""  # (its limits hold for it too)
+    job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec, limits)
     keys = queue_keys(stored.queue)
     [done] = run(transitions.enqueue(keys, [job], wake_horizon_ms=WAKE_HORIZON_MS))
     return done.id

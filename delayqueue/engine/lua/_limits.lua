@@ -1,5 +1,5 @@
--- Provides parse_limits, limit_gate, admit, flush_limits, defer_until, release_slot and
--- expired_at: a task's
+-- Provides parse_limits, limit_gate, admit, flush_limits, defer_until, release_slot,
+-- limits_of, limit_fields, was_claimed and expired_at: a task's
 -- deployment-wide limits (docs/limits.md).
 -- A limited job has a hash from the start (enqueue.lua), whose field 'lim' is
 --   "<rate>\n<window ms>\n<concurrency>\n<limit key>"   (rate or concurrency 0: none)
@@ -178,6 +178,44 @@ local function release_slot(prefix, task, lim, id, sched, channel, now)
     end
   end
   return nil
+end
+
+-- A job's limits argument as {expires ms or false, 'lim' or false}; nil when malformed.
+local function limits_of(extra)
+  if extra == '' then return {false, false} end
+  local expires, lim = string.match(extra, '^(%d*)\n(.*)$')
+  if not expires or (expires ~= '' and not number_in(expires, 1, MAX_TIME_MS))
+      or (lim ~= '' and not parse_limits(lim)) then
+    return nil
+  end
+  return {expires ~= '' and tonumber(expires), lim ~= '' and lim}
+end
+
+-- The fields a job with `limits` (limits_of) due at `due` sets in its hash, and those it
+-- has none of.
+local function limit_fields(limits, due)
+  local set, gone = {}, {}
+  if limits[1] then
+    set[#set + 1] = 'exp'
+    set[#set + 1] = math.min(due + limits[1], MAX_TIME_MS)
+  else
+    gone[#gone + 1] = 'exp'
+  end
+  if limits[2] then
+    set[#set + 1] = 'lim'
+    set[#set + 1] = limits[2]
+  else
+    gone[#gone + 1] = 'lim'
+  end
+  return set, gone
+end
+
+-- Whether job `id` (hash prefix `jobs`) was ever claimed: a limited job has a hash before
+-- its first claim, so the hash alone does not say; a claim always sets its token. A key of
+-- another type is taken as claimed (it is left as it is).
+local function was_claimed(jobs, id)
+  local has = redis.pcall('HEXISTS', jobs .. id, 'tok')
+  return type(has) ~= 'number' or has == 1
 end
 
 -- The ms after which the job is not started (its 'exp'), or nil for none (or malformed).

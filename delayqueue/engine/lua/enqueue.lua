@@ -35,36 +35,6 @@ if not horizon or (#ARGV - 2) % 7 ~= 0 then
   return redis.error_reply('ERR enqueue: ARGV is a wake channel, a horizon ms, then 7 per job')
 end
 
--- A job's limits argument as {expires ms or false, 'lim' or false}; nil when malformed.
-local function limits_of(extra)
-  if extra == '' then return {false, false} end
-  local expires, lim = string.match(extra, '^(%d*)\n(.*)$')
-  if not expires or (expires ~= '' and not number_in(expires, 1, MAX_TIME_MS))
-      or (lim ~= '' and not parse_limits(lim)) then
-    return nil
-  end
-  return {expires ~= '' and tonumber(expires), lim ~= '' and lim}
-end
-
--- The fields a job with `limits` (limits_of) due at `due` sets in its hash, and those it
--- has none of.
-local function limit_fields(limits, due)
-  local set, gone = {}, {}
-  if limits[1] then
-    set[#set + 1] = 'exp'
-    set[#set + 1] = math.min(due + limits[1], MAX_TIME_MS)
-  else
-    gone[#gone + 1] = 'exp'
-  end
-  if limits[2] then
-    set[#set + 1] = 'lim'
-    set[#set + 1] = limits[2]
-  else
-    gone[#gone + 1] = 'lim'
-  end
-  return set, gone
-end
-
 for i = 3, #ARGV, 7 do
   local mode, ms, conflict = ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]
   local due
