@@ -24,9 +24,9 @@ SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "mem
 # Run only when named in --only: ``cluster`` starts a Redis Cluster and 8 processes of its own;
 # ``async`` is the async API's (bench/async_enqueue.py); ``periodic`` periodic jobs' against
 # Celery beat (bench/periodic.py); ``tasks`` Django's Tasks API on delayqueue
-# (bench/tasks_backend.py).
+# (bench/tasks_backend.py); ``tracing`` what a trace across the delay costs (bench/tracing.py);
 # ``limits`` what limits cost and how closely a rate holds (bench/limits.py).
-OPT_IN = ("cluster", "async", "periodic", "tasks", "limits")
+OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing", "limits")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -40,6 +40,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         tasks_backend,
         throughput,
         timing,
+        tracing,
     )
 
     return {
@@ -55,6 +56,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "async": async_enqueue.async_enqueue,
         "periodic": periodic.periodic,
         "tasks": tasks_backend.tasks,
+        "tracing": tracing.tracing,
         "limits": limits.limits,
     }
 
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "--celery-ack-emulation",
         choices=("on", "off"),
         default="on" if default.ack_emulation else "off",
-        help="kombu's Redis ack emulation (broker_transport_options); off is the README's "
+        help="kombu's Redis ack emulation (broker_transport_options); off is docs/worker.md's "
         "recommendation for delayqueue's tasks, on is Celery's default",
     )
     options = parser.parse_args(argv)

@@ -41,7 +41,7 @@ class CeleryConfig:
     publisher and the Celery baselines all use them).
 
     The default is Celery's own: prefork, 2 processes (this machine's cores), prefetch
-    multiplier 4, kombu's Redis ack emulation on. The README's tuning for delayqueue's tasks
+    multiplier 4, kombu's Redis ack emulation on. docs/worker.md's tuning for delayqueue's tasks
     turns ack emulation off: delayqueue re-dispatches a job whose message a killed worker
     took with it (its visibility deadline), so the broker's own bookkeeping of unacked
     messages (two blocking round trips per message in the Celery main process: a copy of the

@@ -9,7 +9,7 @@ CELERY_IMPORTS = ["tests.support.jobs", "bench.tasks", "bench.django_tasks"]
 # Jobs dispatched with no Celery worker consuming them wait in a queue of their own.
 CELERY_TASK_ROUTES = {"bench.tasks.sink": {"queue": "bench-sink"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 4  # Celery's default; the worker's flag overrides it
-# kombu's Redis ack emulation (bench.env.CeleryConfig; the README's "Tuning the Celery worker")
+# kombu's Redis ack emulation (bench.env.CeleryConfig; docs/worker.md, "Tuning the Celery worker")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "ack_emulation": os.environ.get("BENCH_CELERY_ACK_EMULATION", "1") == "1"
 }

@@ -13,5 +13,9 @@ class DelayQueueConfig(AppConfig):
         # through delayqueue.periodic.declare.
         from delayqueue import checks, limit_checks, tasks  # noqa: F401
         from delayqueue.django_tasks import run  # noqa: F401 (the Django Tasks backend's)
+        from delayqueue.integrations import checks as integration_checks  # noqa: F401
         from delayqueue.periodic import checks as schedule_checks  # noqa: F401
         from delayqueue.periodic import declare  # noqa: F401
+        from delayqueue.periodic.monitored import watch_monitored
+
+        watch_monitored()  # Sentry cron monitors of periodic jobs (docs/tracing.md)

@@ -1,5 +1,5 @@
 """System checks (``python manage.py check``), one registered function per concern. Ids are
-listed in the README. Values are checked with the same validators the API and the command
+listed in docs/settings.md. Values are checked with the same validators the API and the command
 line use (validators.py)."""
 
 from __future__ import annotations

@@ -73,6 +73,16 @@ DEFAULTS: dict[str, Any] = {
     # Periodic jobs declared in settings: {"name": {"task": "app.tasks.report", "cron":
     # "0 6 * * *", "timezone": "Europe/Berlin"}, ...} (docs/periodic-jobs.md).
     "SCHEDULES": None,
+    # Sentry cron monitors (docs/tracing.md): True monitors every schedule, False only those
+    # declared with monitor=True; the monitors' check-in margin and max runtime, in minutes
+    # (None: the visibility timeout, the longest an attempt runs before it is reaped).
+    "SENTRY_CRONS": False,
+    # What a job scheduled under an active OpenTelemetry span keeps (docs/tracing.md): "span"
+    # makes a PRODUCER "create" span per job and keeps its context; "context" keeps the
+    # active span's context with no span of its own (cheaper: no SDK span per call).
+    "TRACE_SCHEDULING": "span",
+    "SENTRY_CHECKIN_MARGIN": 1,
+    "SENTRY_MAX_RUNTIME": None,
 }
 
 
@@ -117,6 +127,10 @@ class Settings:
     celery_app: str | None
     dispatch_mode: str
     schedules: dict[str, Any] | None
+    sentry_crons: bool
+    trace_scheduling: str
+    sentry_checkin_margin: int
+    sentry_max_runtime: int | None
 
     @property
     def visibility_ms(self) -> int:

@@ -39,6 +39,11 @@ class CorruptJob(DelayQueueError):
     """A job found in Redis whose data is not what delayqueue writes."""
 
 
+class CorruptSchedule(DelayQueueError):
+    """A periodic schedule found in Redis whose record is not what delayqueue writes: it
+    cannot be acted on (resumed) until it is declared again or removed."""
+
+
 class InvalidKey(DelayQueueError, ValueError):
     """A dedupe key that is not a non-empty str of valid Unicode, at most 200 characters."""
 

@@ -41,6 +41,8 @@ HEADER_DUE = "dq_due"
 # VISIBILITY_TIMEOUT) governs the whole run, not the Celery side's setting.
 HEADER_VT = "dq_vt"
 HEADER_BATCH = "dq_batch"  # on a batch message: its job count (for Flower and logs)
+# The job's trace context (integrations/trace_context.py); a batch's: {job id: context}
+HEADER_TRACE, HEADER_TRACES = "dq_trace", "dq_traces"
 
 
 def dispatch_headers(request: Any) -> tuple[str, str, str] | None:

@@ -121,6 +121,14 @@ TASKS = {
     }
 }
 
+# TRACE_TO_CONSOLE=true: each process prints its OpenTelemetry spans (orders_demo/tracing.py,
+# docs/tracing.md; needs opentelemetry-sdk): the order's timeout in the order request's trace.
+if env.bool("TRACE_TO_CONSOLE", default=False):
+    from orders_demo.tracing import export_to_console
+
+    export_to_console()
+    MIDDLEWARE.insert(0, "orders_demo.tracing.request_spans")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -312,7 +312,7 @@ class Scenario:
 SCENARIOS = [
     Scenario("delay worker SIGKILL", kill_delay_worker),
     Scenario("Celery worker SIGKILL", kill_celery_worker, work_ms=40, rate=120),
-    # The README's recommended Celery configuration for delayqueue's tasks: a message the
+    # The recommended (docs/worker.md) Celery configuration for delayqueue's tasks: a message the
     # killed worker had taken off the broker is gone, and only delayqueue brings the job back.
     Scenario(
         "Celery worker SIGKILL, ack emulation off",

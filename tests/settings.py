@@ -71,3 +71,7 @@ elif TOPOLOGY == "sentinel":
 if os.environ.get("DQ_TEST_SCHEDULES"):  # periodic schedules for child delay workers
     DELAYQUEUE["SCHEDULES"] = json.loads(os.environ["DQ_TEST_SCHEDULES"])
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+if os.environ.get("DQ_TEST_OTEL_DIR") or os.environ.get("DQ_TEST_SENTRY_DSN"):
+    from tests.support.telemetry import set_up  # tracing and monitors (tests/tracing/)
+
+    set_up()

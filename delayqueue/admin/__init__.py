@@ -1,5 +1,7 @@
 """The "Delayed jobs" entry of the admin: a ModelAdmin on the table-less DelayedJob model whose
-changelist is the dashboard, with the job lists, job pages and actions added by get_urls.
+changelist is the dashboard, with the job lists, job pages, actions and the Schedules page
+added by get_urls; and the "Periodic schedules" entry beside it, whose changelist is that
+Schedules page.
 
 A queue name is a path segment of those URLs. The names ``.`` and ``..`` are valid queue
 names, but browsers (and proxies) remove such dot segments from a path before sending it, so
@@ -10,13 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path, register_converter
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, register_converter, reverse
 
 from delayqueue.admin import limit_pages as limit_views
 from delayqueue.admin import pages as views
 from delayqueue.admin import schedule_pages as schedule_views
-from delayqueue.models import DelayedJob
+from delayqueue.models import DelayedJob, PeriodicSchedule
 
 
 class QueueNameInPath:
@@ -38,8 +41,10 @@ class QueueNameInPath:
 register_converter(QueueNameInPath, "delayqueue_queue")
 
 
-@admin.register(DelayedJob)
-class DelayedJobAdmin(admin.ModelAdmin):
+class SeenWithViewJobs(admin.ModelAdmin):
+    """An entry of the admin index for those with ``delayqueue.view_jobs``; nothing to add,
+    change or delete through the model (the pages' own actions check their permissions)."""
+
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("delayqueue.view_jobs")
 
@@ -52,6 +57,26 @@ class DelayedJobAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+
+@admin.register(PeriodicSchedule)
+class PeriodicScheduleAdmin(SeenWithViewJobs):
+    """The admin index's "Periodic schedules": its only URL leads to the Schedules page (which
+    lives beside the dashboard, where its breadcrumbs and links have always pointed)."""
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse("admin:delayqueue_delayedjob_schedules"))
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [path("", wrap(self.changelist_view), name="delayqueue_periodicschedule_changelist")]
+
+
+@admin.register(DelayedJob)
+class DelayedJobAdmin(SeenWithViewJobs):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:

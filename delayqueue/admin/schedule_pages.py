@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.http import require_POST
 
 from delayqueue.admin.pages import NotFound, _render, _require, _url, guarded
+from delayqueue.errors import CorruptSchedule
 from delayqueue.services import schedules
 
 ACTS = {"pause": "pause_schedules", "resume": "pause_schedules", "run_now": "run_schedules"}
@@ -41,15 +42,23 @@ def schedule_act(request: HttpRequest, site: AdminSite) -> HttpResponse:
     name = request.POST.get("name", "")[:300]
     if schedules.find(name) is None:
         raise NotFound(f"There is no schedule named “{name[:100]}”.")
+    try:
+        done, text = _act(action, name)
+    except CorruptSchedule as exc:  # its record cannot be acted on: the page says why
+        messages.add_message(request, messages.ERROR, f"{exc}.")
+    else:
+        messages.add_message(request, messages.SUCCESS if done else messages.WARNING, text)
+    return HttpResponseRedirect(_url("schedules"))
+
+
+def _act(action: str, name: str) -> tuple[bool, str]:
     if action == "pause":
         done = schedules.pause(name)
-        text = f"Schedule {name} paused." if done else f"Schedule {name} was paused already."
-    elif action == "resume":
+        return done, f"Schedule {name} paused." if done else f"Schedule {name} was paused already."
+    if action == "resume":
         done = schedules.resume(name)
-        text = f"Schedule {name} resumed." if done else f"Schedule {name} was not paused."
-    else:
-        job_id = schedules.run_now(name)
-        done = job_id is not None
-        text = f"Schedule {name}: job {job_id} runs now." if done else f"Schedule {name}: no spec."
-    messages.add_message(request, messages.SUCCESS if done else messages.WARNING, text)
-    return HttpResponseRedirect(_url("schedules"))
+        return done, f"Schedule {name} resumed." if done else f"Schedule {name} was not paused."
+    job_id = schedules.run_now(name)
+    if job_id is None:
+        return False, f"Schedule {name}: no spec."
+    return True, f"Schedule {name}: job {job_id} runs now."

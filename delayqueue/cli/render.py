@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from dataclasses import asdict
 from typing import Any, TextIO
 
@@ -20,6 +21,18 @@ WIDE = 200  # columns of a console that is not a terminal (a log, a pipe): no wr
 HISTORY_SHOWN = 10
 
 STATE_NAMES = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"}
+
+
+def escaped(text: str) -> str:
+    """``text`` fit for a terminal: each control or format character but newline and tab
+    (what Redis may hold in a task's name or an error: ``\x1b]0;...\x07`` retitles a
+    terminal) written as its backslash escape."""
+    if text.isprintable():
+        return text
+    return "".join(
+        char if char in "\n\t" or unicodedata.category(char)[0] != "C" else repr(char)[1:-1]
+        for char in text
+    )
 
 
 def console(out: TextIO) -> Console:

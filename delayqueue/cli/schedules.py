@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from delayqueue.errors import CorruptSchedule
 from delayqueue.services import schedules
 from delayqueue.services.schedules import ScheduleView
 
@@ -53,6 +54,13 @@ def act(action: str, name: str) -> tuple[bool, str]:
     """(done, what to say) for pause / resume / run-now of schedule ``name``."""
     if schedules.find(name) is None:
         return False, f"there is no schedule named {name!r}"
+    try:
+        return _act(action, name)
+    except CorruptSchedule as exc:
+        return False, str(exc)
+
+
+def _act(action: str, name: str) -> tuple[bool, str]:
     if action == "pause":
         done = schedules.pause(name)
         return done, f"schedule {name} paused" if done else f"schedule {name} was paused already"

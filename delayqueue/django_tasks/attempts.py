@@ -42,8 +42,6 @@ from delayqueue.wire import dispatch_headers
 
 logger = logging.getLogger("delayqueue.django_tasks")
 
-MAX_TRACEBACK_CHARS = 20_000
-
 
 def run_attempt(
     request: Any,
@@ -59,6 +57,7 @@ def run_attempt(
     task runs and nothing is recorded."""
     dispatch = dispatch_headers(request)
     queue = dispatch[0] if dispatch is not None else "default"
+    priority = results.stored_priority(priority) or 0  # a job an earlier build wrote: True
     task = results.rebuilt_task(
         results.import_task(path), priority=priority, queue_name=logical(queue), backend=backend
     )
@@ -167,7 +166,7 @@ def _error_of(exc: BaseException) -> tuple[str, str]:
         trace = "".join(traceback.format_exception(exc))
     except Exception:  # an exception whose __str__ raises
         trace = f"{kind.__qualname__} (its traceback could not be formatted)"
-    return f"{kind.__module__}.{kind.__qualname__}", trace[-MAX_TRACEBACK_CHARS:]
+    return f"{kind.__module__}.{kind.__qualname__}", trace[-results.MAX_TRACEBACK_CHARS :]
 
 
 def _worker_id(request: Any) -> str:

@@ -252,8 +252,8 @@ class TaskJobs:
         options: dict[str, Any] = {}
         if alias != DEFAULT_BACKEND:
             options[BACKEND] = alias
-        if task.priority:
-            options[PRIORITY] = task.priority
+        if task.priority:  # an int, also for True (a bool passes Django's own check)
+            options[PRIORITY] = int(task.priority)
         if config.result_ttl != DEFAULT_RESULT_TTL:
             options[RESULT_TTL] = config.result_ttl
         if backoff is not None:

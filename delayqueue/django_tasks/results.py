@@ -12,15 +12,20 @@ Status, by the job's state in delayqueue and what its last run recorded:
   expired): ``TaskResultDoesNotExist``.
 
 Data in Redis that is not what delayqueue writes never raises anything else: a field that
-cannot be read is left out (and logged); a job whose task cannot be found is
-``TaskResultDoesNotExist``, with the reason."""
+cannot be read is left out (and logged), errors and worker ids are cut as the attempts cut
+them when they write; a job whose task cannot be found is ``TaskResultDoesNotExist``,
+with the reason. A read imports no code named in Redis beyond an installed app's modules:
+the task is looked up among the modules this process has imported, else in an installed
+app's package (``known_task``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -45,11 +50,17 @@ from delayqueue.engine.keys import JobField, TaskResultField
 from delayqueue.engine.shards import logical
 from delayqueue.engine.task_results import StoredTaskResult
 from delayqueue.errors import CorruptJob
+from delayqueue.validators import shown
 from delayqueue.wire import decode_args
 
 logger = logging.getLogger("delayqueue.django_tasks")
 
 MAX_KEPT = 20  # worker ids and errors a result keeps: the last attempts'
+MAX_TRACEBACK_CHARS = 20_000  # of an error's traceback, its end
+MAX_NAME_CHARS = 1_000  # of an error's exception class path, a worker id, a task path
+# What data no build wrote can raise while a result is made of it (a number past what a
+# datetime holds, JSON nested too deep ...): the result does not exist, as far as a read goes.
+RESULT_ERRORS = (ValueError, TypeError, ArithmeticError, LookupError, RecursionError, OSError)
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _TIME_PART = re.compile(f"[{_CROCKFORD}]{{1,10}}")
 _TO_BASE32 = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")
@@ -70,10 +81,14 @@ class History:
         workers = _json(stored, TaskResultField.WORKERS, [])
         errors = _json(stored, TaskResultField.ERRORS, [])
         return cls(
-            workers=[w for w in workers if isinstance(w, str)] if isinstance(workers, list) else [],
+            workers=[
+                w[:MAX_NAME_CHARS]
+                for w in (workers[-MAX_KEPT:] if isinstance(workers, list) else [])
+                if isinstance(w, str)
+            ],
             errors=[
-                (str(e[0]), str(e[1]))
-                for e in (errors if isinstance(errors, list) else [])
+                (str(e[0])[:MAX_NAME_CHARS], str(e[1])[-MAX_TRACEBACK_CHARS:])
+                for e in (errors[-MAX_KEPT:] if isinstance(errors, list) else [])
                 if isinstance(e, list) and len(e) == 2
             ],
             started_at=_time(stored, TaskResultField.STARTED),
@@ -102,6 +117,14 @@ def from_ms(ms: float) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+def read_ms(ms: float) -> datetime | None:
+    """``from_ms``, or None for what no datetime holds (inf, nan, past the year 9999)."""
+    try:
+        return from_ms(ms)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def id_time(job_id: str) -> datetime | None:
     """When a job id was made (a ULID's first 10 characters are its epoch ms, in Crockford's
     base 32): the ``enqueued_at`` of a Django task's result; None for no such characters, or
@@ -116,11 +139,50 @@ def id_time(job_id: str) -> datetime | None:
 
 
 def import_task(path: str) -> Task[Any, Any]:
-    """The Django task at ``path`` (a module-level ``@task``), or ImportError / TypeError."""
+    """The Django task at ``path`` (a module-level ``@task``), or ImportError / TypeError.
+    Imports its module: for running a job, never for reading one (``known_task``)."""
     found = import_string(path)
     if not isinstance(found, Task):
         raise TypeError(f"{path} is a {type(found).__name__}, not a Django task (@task)")
     return found
+
+
+def known_task(path: str) -> Task[Any, Any]:
+    """The Django task at ``path`` among the modules this process has imported (any process
+    that made the task, to enqueue it or read its result, has), else in a module of an
+    installed app's package (the project's own code, as Django's autodiscovery imports it);
+    LookupError when there is none. No other module is imported: a path read from Redis
+    names no code to run."""
+    module_name, _, attribute = (
+        path.rpartition(".") if len(path) <= MAX_NAME_CHARS else ("", "", "")
+    )
+    if not (module_name and attribute.isidentifier()):
+        raise LookupError("it is no module-level name")
+    module = sys.modules.get(module_name)
+    if module is None and _in_an_installed_app(module_name):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as error:  # the project's module fails to import: its problem
+            raise LookupError(f"its module cannot be imported ({type(error).__name__})") from None
+    if module is None:
+        raise LookupError("no module of this process or of an installed app has that path")
+    found = getattr(module, attribute, None)
+    if not isinstance(found, Task):
+        raise LookupError(f"it is a {type(found).__name__}, not a Django task (@task)")
+    return found
+
+
+def _in_an_installed_app(module_name: str) -> bool:
+    """``module_name`` is a dotted path of identifiers inside an installed app's package."""
+    from django.apps import apps
+
+    parts = module_name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return False
+    return any(
+        module_name == config.name or module_name.startswith(config.name + ".")
+        for config in apps.get_app_configs()
+    )
 
 
 def rebuilt_task(
@@ -166,13 +228,22 @@ def make_result(
 
 
 def from_stored(stored: StoredTaskResult, job_id: str) -> TaskResult[Any]:
-    """The result of job ``job_id`` as Redis holds it, or TaskResultDoesNotExist."""
+    """The result of job ``job_id`` as Redis holds it, or TaskResultDoesNotExist (and
+    nothing else, whatever Redis holds)."""
+    try:
+        return _from_stored(stored, job_id)
+    except RESULT_ERRORS as exc:
+        logger.warning("job %s on %s: its result cannot be read: %r", job_id, stored.queue, exc)
+        raise TaskResultDoesNotExist(f"{job_id}: its result cannot be read ({exc!r})") from None
+
+
+def _from_stored(stored: StoredTaskResult, job_id: str) -> TaskResult[Any]:
     path, args, kwargs, backend, priority = _call_of(stored, job_id)
     try:
-        task = import_task(path)
-    except (ImportError, TypeError, ValueError) as exc:
+        task = known_task(path)
+    except LookupError as exc:
         raise TaskResultDoesNotExist(
-            f"{job_id}: its task {path!r} cannot be found ({exc})"
+            f"{job_id}: its task {shown(path)} cannot be found ({exc})"
         ) from None
     task = rebuilt_task(task, priority=priority, queue_name=logical(stored.queue), backend=backend)
     history = History.of(stored.result)
@@ -182,7 +253,7 @@ def from_stored(stored: StoredTaskResult, job_id: str) -> TaskResult[Any]:
         return_value = _json(stored.result, TaskResultField.RETURN, None)
     elif status == TaskResultStatus.FAILED:
         if stored.state == "dead" and stored.score:
-            history.finished_at = from_ms(stored.score)
+            history.finished_at = read_ms(stored.score)
     else:
         history.finished_at = None
     return make_result(task, job_id, args, kwargs, backend, status, history, return_value)
@@ -220,28 +291,40 @@ def _call_of(
                 raise CorruptJob("its arguments are not [task path, args, kwargs]")
             path, args, kwargs = outer
             backend = options.get(BACKEND, DEFAULT_BACKEND)
-            priority = options.get(PRIORITY, DEFAULT_PRIORITY)
+            priority = stored_priority(options.get(PRIORITY, DEFAULT_PRIORITY))
         elif TaskResultField.TASK in result:
             path = result[TaskResultField.TASK]
             args, kwargs = decode_args(
                 result.get(TaskResultField.ARGS, "[]"), result.get(TaskResultField.KWARGS, "")
             )
             backend = result.get(TaskResultField.BACKEND, DEFAULT_BACKEND)
-            priority = int(result.get(TaskResultField.PRIORITY, "0"))
+            priority = stored_priority(result.get(TaskResultField.PRIORITY, "0"))
         else:
             raise CorruptJob("neither its record nor its result names its task")
         if not (isinstance(path, str) and isinstance(args, list) and isinstance(kwargs, dict)):
             raise CorruptJob("its task path, args or kwargs are of the wrong type")
-        if (
-            not isinstance(backend, str)
-            or isinstance(priority, bool)
-            or not isinstance(priority, int)
-        ):
+        if not isinstance(backend, str) or priority is None:
             raise CorruptJob("its backend or priority is of the wrong type")
     except (CorruptJob, ValueError) as exc:
         logger.warning("job %s on %s is not a Django task's result: %s", job_id, stored.queue, exc)
         raise TaskResultDoesNotExist(f"{job_id}: not a Django task's result ({exc})") from None
     return path, args, kwargs, backend, priority
+
+
+def stored_priority(value: Any) -> int | None:
+    """A priority as a job or its result holds it: an int (a JSON number, or its digits),
+    or a bool, as a build that let ``priority=True`` through wrote it (``true``,
+    ``"True"``), read as 1 / 0; None for anything else."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        if value in ("True", "False"):
+            return int(value == "True")
+        if value.lstrip("-").isdigit() and len(value) <= 20 and value.isascii():
+            return int(value)
+    return None
 
 
 def _json(stored: dict[str, str], name: str, default: Any) -> Any:

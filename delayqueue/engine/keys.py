@@ -232,6 +232,7 @@ class JobField:
     MAX_ATTEMPTS: Final = "max"  # absent: the worker's default
     VISIBILITY_MS: Final = "vt"  # absent: the worker's default
     KEY: Final = "key"  # the dedupe key, absent when none
+    TRACE: Final = "tc"  # W3C trace context of its scheduling, absent when none (tracing.md)
     # what happened to it
     ATTEMPTS: Final = "att"  # attempts begun
     TOKEN: Final = "tok"  # the fencing token of its current dispatch

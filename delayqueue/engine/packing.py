@@ -10,29 +10,45 @@ from __future__ import annotations
 
 from delayqueue.engine.keys import JobField
 
-# In this order, joined by "\n". Only the dedupe key, last, may itself contain "\n".
+# In this order, joined by "\n". Only the dedupe key, last, may itself contain "\n". The
+# trace context (docs/tracing.md) is there only when the job keeps one or its key has a
+# "\n": a spec with exactly five "\n" has the six other fields (lua/_spec.lua).
 SPEC_FIELDS = (
     JobField.TASK,
     JobField.ARGS,
     JobField.KWARGS,
     JobField.MAX_ATTEMPTS,
     JobField.VISIBILITY_MS,
+    JobField.TRACE,
     JobField.KEY,
 )
 
 
 def pack(
     task: str, args_json: str, kwargs_json: str = "", max_attempts: str = "", vt: str = "",
-    key: str = "",
+    key: str = "", trace: str = "",
 ) -> str:  # fmt: skip
     """The spec as one string; every part but ``key`` must be free of "\\n"."""
+    if trace or "\n" in key:
+        return f"{task}\n{args_json}\n{kwargs_json}\n{max_attempts}\n{vt}\n{trace}\n{key}"
     return f"{task}\n{args_json}\n{kwargs_json}\n{max_attempts}\n{vt}\n{key}"
+
+
+def without_trace(spec: str) -> str:
+    """``spec`` with no trace context (a schedule's spec, which every occurrence shares)."""
+    parts = spec.split("\n", 6)
+    if len(parts) != 7 or not parts[5]:
+        return spec
+    task, args_json, kwargs_json, max_attempts, vt = parts[:5]
+    return pack(task, args_json, kwargs_json, max_attempts, vt, parts[6])
 
 
 def unpack(spec: str) -> dict[str, str] | None:
     """The spec's non-empty fields by name, or None when it is not a packed spec."""
-    parts = spec.split("\n", len(SPEC_FIELDS) - 1)
-    if len(parts) != len(SPEC_FIELDS):
+    parts = spec.split("\n", 6)
+    if len(parts) == 6:
+        parts.insert(5, "")
+    elif len(parts) != 7:
         return None
     return {name: value for name, value in zip(SPEC_FIELDS, parts, strict=True) if value}
 

@@ -121,13 +121,18 @@ def _scored(found: Any) -> list[tuple[str, float]]:
     return [(_text(member), float(score)) for member, score in found]
 
 
-def due(queue: str, now_ms: int) -> list[tuple[str, int]]:
-    """The queue's schedules whose next occurrence is at or before ``now_ms``: (name, ms)."""
+def due(queue: str, now_ms: int) -> list[tuple[str, int | None]]:
+    """The queue's schedules whose next occurrence is at or before ``now_ms``: (name, ms);
+    None for a score that is no time (``-inf``, planted: the planner says so)."""
     with redis_errors():
         found = get_raw_redis().zrangebyscore(
             queue_keys(queue).schedules, "-inf", now_ms, withscores=True
         )
-    return [(name, int(score)) for name, score in _scored(found)]
+    return [(name, _ms(score)) for name, score in _scored(found)]
+
+
+def _ms(score: float) -> int | None:
+    return int(score) if math.isfinite(score) else None
 
 
 def stored(queue: str, name: str | None = None) -> list[StoredSchedule]:
@@ -171,7 +176,7 @@ def records(queue: str, names: list[str]) -> list[StoredSchedule | None]:
 
 def _stored(queue: str, name: str, score: float, record: Any) -> StoredSchedule:
     fields = {_text(k): _text(v) for k, v in record.items()} if isinstance(record, dict) else {}
-    return StoredSchedule(queue, name, None if math.isinf(score) else int(score), fields)
+    return StoredSchedule(queue, name, _ms(score), fields)
 
 
 def queues_with_schedules(queues: list[str]) -> list[str]:

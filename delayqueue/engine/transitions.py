@@ -139,6 +139,7 @@ class ClaimedJob(NamedTuple):  # a tuple: one per claimed job, built fast
     args_json: bytes
     kwargs_json: bytes
     due_ms: int | None  # the score it was claimed at (its due time)
+    trace: bytes = b""  # the trace context of its scheduling (docs/tracing.md), or b""
 
 
 @dataclass(frozen=True)
@@ -167,14 +168,15 @@ def _claim_reply(reply: Any) -> Claim:
 
 
 def _claimed_job(row: Any) -> ClaimedJob:
-    job_id, token, attempt, task, args_json, kwargs_json, due = row
+    job_id, token, attempt, task, args_json, kwargs_json, due, *trace = row
     try:
         due_ms: int | None = _int(due)
     except (ValueError, OverflowError):
         due_ms = None
     return ClaimedJob(
-        _bytes(job_id), token, attempt, _bytes(task), _bytes(args_json), _bytes(kwargs_json), due_ms
-    )
+        _bytes(job_id), token, attempt, _bytes(task), _bytes(args_json), _bytes(kwargs_json),
+        due_ms, _bytes(trace[0]) if trace else b"",
+    )  # fmt: skip
 
 
 def _bytes(value: Any) -> bytes:

@@ -12,12 +12,14 @@ from typing import Any
 
 from delayqueue.conf import get_settings
 from delayqueue.engine.limits import limits_arg
+from delayqueue.engine.packing import without_trace
 from delayqueue.errors import DelayQueueError, InvalidOption
 from delayqueue.periodic import registry
 from delayqueue.periodic.rules import parse_rule
 from delayqueue.producer.decorator import DelayedTask, delayed_task
 from delayqueue.producer.job_spec import spec
 from delayqueue.producer.task_options import checked_limits
+from delayqueue.validators import shown
 
 
 def _every_ms(every: float | timedelta | None) -> int | None:
@@ -37,7 +39,9 @@ def _declared(
     missed: object,
     source: registry.Source,
     build: Callable[[], tuple[str, str, str]],
+    monitor: object = False,
 ) -> registry.Declared:
+    registry.check_name(name)
     rule = parse_rule(cron=cron, every=every, timezone=timezone)  # InvalidOption when bad
     return registry.Declared(
         name=name,
@@ -48,6 +52,7 @@ def _declared(
         missed=registry.check_missed(missed),
         source=source,
         build=build,
+        monitor=registry.check_monitor(monitor),
     )
 
 
@@ -64,9 +69,10 @@ def _builder(
 
     def build() -> tuple[str, str, str]:
         made = spec(task, args, kwargs, delay=0, queue=queue)
+        packed = without_trace(made.packed)  # (every occurrence shares it)
         if own is None:
-            return made.job.queue, made.packed, made.limits
-        return made.job.queue, made.packed, limits_arg(own[0], "", own[1])
+            return made.job.queue, packed, made.limits
+        return made.job.queue, packed, limits_arg(own[0], "", own[1])
 
     return build
 
@@ -82,6 +88,7 @@ def periodic_task(
     missed: str = "once",
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
+    monitor: bool = False,
     **options: Any,
 ) -> Any:
     """A ``@delayed_task`` that also runs on a schedule, with no beat: ``cron`` (five fields,
@@ -89,10 +96,14 @@ def periodic_task(
     counted from the epoch). ``name`` (default: the task's name) identifies the schedule;
     ``missed`` says what happens to occurrences that came while every delay worker was down:
     "once" (one run for all of them), "all" (each, up to 100), "skip" (none). ``args`` and
-    ``kwargs`` are each occurrence's arguments; ``options`` are ``@delayed_task``'s (queue,
+    ``kwargs`` are each occurrence's arguments; ``monitor=True`` reports each occurrence to
+    a Sentry cron monitor (docs/tracing.md); ``options`` are ``@delayed_task``'s (queue,
     max_attempts, backoff, visibility_timeout, ...)."""
+    if name is not None:
+        registry.check_name(name)
     parse_rule(cron=cron, every=every, timezone=timezone)  # fails here, at the decorator
     registry.check_missed(missed)
+    registry.check_monitor(monitor)
     if options.get("shards") is not None:
         raise InvalidOption("a periodic task's queue cannot be sharded (its schedule is one)")
 
@@ -110,6 +121,7 @@ def periodic_task(
                 missed=missed,
                 source="code",
                 build=_builder(task_name, args, kwargs, options.get("queue")),
+                monitor=monitor,
             )
         )
         return task
@@ -118,7 +130,7 @@ def periodic_task(
 
 
 SETTING_KEYS = {
-    "task", "cron", "every", "timezone", "args", "kwargs", "queue", "missed",
+    "task", "cron", "every", "timezone", "args", "kwargs", "queue", "missed", "monitor",
     "rate", "concurrency", "expires",
 }  # fmt: skip
 
@@ -133,9 +145,11 @@ def from_settings() -> list[registry.Declared]:
         raise InvalidOption('DELAYQUEUE["SCHEDULES"] must be a dict of name -> schedule')
     found = []
     for name, entry in schedules.items():
-        where = f'DELAYQUEUE["SCHEDULES"][{name!r}]'
-        if not isinstance(name, str) or not name or len(name) > 200 or "\n" in name:
-            raise InvalidOption(f"{where}: a schedule's name is a line of 1 to 200 characters")
+        where = f'DELAYQUEUE["SCHEDULES"][{shown(name)}]'
+        try:
+            registry.check_name(name)
+        except InvalidOption as exc:
+            raise InvalidOption(f"{where}: {exc}") from None
         if not isinstance(entry, Mapping):
             raise InvalidOption(f"{where} must be a dict")
         unknown = set(entry) - SETTING_KEYS
@@ -161,6 +175,7 @@ def from_settings() -> list[registry.Declared]:
                         entry.get("queue"),
                         (entry.get("rate"), entry.get("concurrency"), entry.get("expires")),
                     ),
+                    monitor=entry.get("monitor", False),
                 )
             )
         except DelayQueueError as exc:

@@ -23,13 +23,21 @@ from delayqueue.engine.keys import ScheduleField, queue_keys
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.registry import queue_names
 from delayqueue.engine.transitions import ScriptCall
-from delayqueue.errors import DelayQueueError, RedisUnavailable
+from delayqueue.errors import DelayQueueError, InvalidOption, RedisUnavailable
 from delayqueue.observability import events
 from delayqueue.periodic import registry
 from delayqueue.periodic.identity import occurrence_id
 from delayqueue.periodic.rules import Rule, missed_between, parse_rule
+from delayqueue.validators import shown
 
 logger = logging.getLogger(__name__)
+
+# What one schedule's record can raise when it is read or moved on: a number of the wrong
+# kind, an instant past what a datetime or a job id holds, a rule that is no rule. Each is
+# that schedule's problem (RedisUnavailable, which is every schedule's, is raised on).
+RECORD_ERRORS = (DelayQueueError, ValueError, ArithmeticError, TypeError)
+# Instants a schedule's next occurrence and last run may hold: what an occurrence id holds.
+INSTANT_LIMIT_MS = 1 << 48
 
 # missed="all": at most this many occurrences that came while every worker was down are
 # run; the earlier ones are counted as missed.
@@ -51,6 +59,8 @@ _rules: dict[tuple[str | None, str | None, str | None], Rule] = {}
 def _rule(cron: str | None, every_ms: str | None, timezone: str | None) -> Rule:
     found = _rules.get((cron, every_ms, timezone))
     if found is None:
+        if every_ms and not (every_ms.isascii() and every_ms.isdigit() and len(every_ms) <= 12):
+            raise InvalidOption(f"its every_ms {shown(every_ms)} is not a period in ms")
         every = timedelta(milliseconds=int(every_ms)) if every_ms else None
         found = parse_rule(cron=cron or None, every=every, timezone=timezone)
         if len(_rules) < 10_000:
@@ -76,7 +86,9 @@ def reconcile() -> Reconciled:
     """Upsert every declared schedule by name, and remove the schedules Redis holds that are
     declared no more. A schedule whose rule, missed policy and spec are unchanged is left as
     it is (paused stays paused); a changed one is re-planned from its last run or now,
-    whichever is later, so the occurrence that is running is not run twice."""
+    whichever is later, so the occurrence that is running is not run twice. A schedule
+    that cannot be planned (a bad declaration, a record no build wrote) is ``failed``, and
+    the others are planned."""
     result = Reconciled()
     now = redis_now()
     planned: list[tuple[registry.Declared, str, str, str, Rule]] = []
@@ -93,16 +105,20 @@ def reconcile() -> Reconciled:
             planned.append((item, queue, spec, limits, rule))
         except RedisUnavailable:
             raise
-        except DelayQueueError as exc:
-            result.failed[item.name] = str(exc)
-            logger.error("schedule %s cannot be planned: %s", item.name, exc)
+        except RECORD_ERRORS as exc:
+            _not_planned(result, item.name, exc)
     known = sorted(set(queue_names().names) | {queue for _, queue, _, _, _ in planned})
     stored: dict[str, list[schedules.StoredSchedule]] = {}
     for queue in known:
-        for found in schedules.stored(queue):
+        for found in _stored_on(queue):
             stored.setdefault(found.name, []).append(found)
     for item, queue, spec, limits, rule in planned:
-        _upsert(item, queue, (spec, limits), rule, now, stored.pop(item.name, []), result)
+        try:
+            _upsert(item, queue, (spec, limits), rule, now, stored.pop(item.name, []), result)
+        except RedisUnavailable:
+            raise
+        except RECORD_ERRORS as exc:
+            _not_planned(result, item.name, exc)
     for name, gone in stored.items():
         if name in result.failed:  # declared, but not plannable now: left as it is
             continue
@@ -111,6 +127,32 @@ def reconcile() -> Reconciled:
             result.removed.append(name)
             logger.warning("schedule %s on %s is declared no more: removed", name, found.queue)
     return result
+
+
+def _not_planned(result: Reconciled, name: str, exc: BaseException) -> None:
+    result.failed[name] = str(exc)
+    logger.error("schedule %s cannot be planned: %s", name, exc)
+
+
+def _stored_on(queue: str) -> list[schedules.StoredSchedule]:
+    """The schedules ``queue`` holds; none when its schedules cannot be read (a key of the
+    wrong type), which is said."""
+    try:
+        return schedules.stored(queue)
+    except RedisUnavailable:
+        raise
+    except DelayQueueError as exc:
+        logger.error("the schedules of queue %s cannot be read: %s", queue, exc)
+        return []
+
+
+def instant(text: str | None) -> int | None:
+    """A schedule's instant field (its last run) as epoch ms; None when it is none, or not
+    an instant an occurrence can have (``INSTANT_LIMIT_MS``)."""
+    if not text or not (text.isascii() and text.isdigit() and len(text) <= 15):
+        return None
+    value = int(text)
+    return value if value < INSTANT_LIMIT_MS else None
 
 
 def _upsert(
@@ -129,10 +171,12 @@ def _upsert(
             run(schedules.unplan(queue_keys(stored.queue), item.name, "remove"))
     current = next((s for s in found if s.queue == queue), None)
     if current is not None and current.get(ScheduleField.FINGERPRINT) == print_:
-        if current.paused or current.get(ScheduleField.JOB):
+        # (a next occurrence that is no instant, planted or left behind, is planned again)
+        planned_well = current.next_ms is not None and 0 <= current.next_ms < INSTANT_LIMIT_MS
+        if current.paused or (current.get(ScheduleField.JOB) and planned_well):
             result.unchanged.append(item.name)
             return
-    last = int(current.get(ScheduleField.LAST) or 0) if current is not None else 0
+    last = (instant(current.get(ScheduleField.LAST)) or 0) if current is not None else 0
     next_ms = rule.next_after(max(now, last))
     remember_queue(queue)
     fields = {
@@ -182,7 +226,9 @@ def fire_due(queue: str, now_ms: int | None = None, ahead_ms: int = 0) -> list[T
     the ticks this worker moved (another worker may have moved some first). ``ahead_ms``:
     the delay worker's DISPATCH_AHEAD, as its claim takes a job due that much later in the
     same pass: the occurrence it takes has come due for its schedule too. FIRE_CHUNK
-    schedules at a time: their records in one round trip, their steps in another."""
+    schedules at a time: their records in one round trip, their steps in another. A
+    schedule whose record cannot move on stays where it is, said once (``cannot_move_on``),
+    and the others move on."""
     now = redis_now() if now_ms is None else now_ms
     due = schedules.due(queue, now + ahead_ms)
     ticks = []
@@ -203,7 +249,7 @@ class _Step:
     call: ScriptCall[schedules.Fired]
 
 
-def _fire_chunk(queue: str, chunk: list[tuple[str, int]], now: int) -> list[Tick]:
+def _fire_chunk(queue: str, chunk: list[tuple[str, int | None]], now: int) -> list[Tick]:
     found = schedules.records(queue, [name for name, _ in chunk])
     steps = []
     for (name, seen), stored in zip(chunk, found, strict=True):
@@ -211,12 +257,14 @@ def _fire_chunk(queue: str, chunk: list[tuple[str, int]], now: int) -> list[Tick
             continue
         try:
             steps.append(_step(stored, seen, now))
-        except (DelayQueueError, ValueError) as exc:  # a record another build wrote badly
-            logger.error("schedule %s on %s cannot move on: %s", name, queue, exc)
+        except RECORD_ERRORS as exc:  # a record another build (or no build) wrote
+            cannot_move_on(queue, name, exc)
     ticks = []
     for step, fired in zip(steps, run_many([s.call for s in steps]), strict=True):
         if isinstance(fired, DelayQueueError):
-            logger.error("schedule %s on %s cannot move on: %s", step.name, queue, fired)
+            if isinstance(fired, RedisUnavailable):
+                raise fired
+            cannot_move_on(queue, step.name, fired)
             continue
         if not fired.fired:  # another worker moved it first
             continue
@@ -228,9 +276,26 @@ def _fire_chunk(queue: str, chunk: list[tuple[str, int]], now: int) -> list[Tick
     return ticks
 
 
-def _step(stored: schedules.StoredSchedule, seen: int, now: int) -> _Step:
+_said: set[str] = set()  # the problems said at ERROR already (bounded below)
+
+
+def cannot_move_on(queue: str, name: str, exc: BaseException) -> None:
+    """Say at ERROR, the first time this process meets it, that schedule ``name`` cannot
+    move on and why (then at DEBUG: a bad record is due again at every pass)."""
+    problem = f"schedule {name} on {queue} cannot move on: {exc}"
+    if problem in _said:
+        logger.debug("%s (again)", problem)
+        return
+    if len(_said) < 1_000:
+        _said.add(problem)
+    logger.error("%s", problem)
+
+
+def _step(stored: schedules.StoredSchedule, seen: int | None, now: int) -> _Step:
     """The step that moves ``stored`` on from the occurrence at ``seen``, by its policy for
     the occurrences that came and went meanwhile."""
+    if seen is None or not 0 <= seen < INSTANT_LIMIT_MS:
+        raise InvalidOption(f"its next occurrence ({seen} ms) is not an instant")
     rule = rule_of(stored.fields)
     policy = stored.get(ScheduleField.MISSED) or "once"
     following = rule.next_after(seen)

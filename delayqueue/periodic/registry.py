@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from delayqueue.errors import InvalidOption
+from delayqueue.validators import shown
 
 Missed = Literal["once", "all", "skip"]
 MISSED_POLICIES: tuple[Missed, ...] = ("once", "all", "skip")
 Source = Literal["code", "settings"]
+NAME_MAX_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -25,13 +27,33 @@ class Declared:
     timezone: str
     missed: Missed
     source: Source
-    # (queue, packed spec) of the occurrences; raises a DelayQueueError when the task, its
-    # arguments or its queue cannot be scheduled
+    # (queue, packed spec, limits) of the occurrences; raises a DelayQueueError when the
+    # task, its arguments or its queue cannot be scheduled
     build: Callable[[], tuple[str, str, str]]
+    monitor: bool = False  # report occurrences to a Sentry cron monitor (integrations/)
+
+
+def check_monitor(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidOption(f"monitor must be True or False, not {value!r}")
+    return value
 
 
 _in_code: dict[str, Declared] = {}
 _loaders: list[Callable[[], list[Declared]]] = []
+
+
+def check_name(name: object) -> str:
+    """A schedule's name, as ``@periodic_task(name=...)`` and ``DELAYQUEUE["SCHEDULES"]``
+    both take it: a str of 1 to NAME_MAX_CHARS printable characters (no line break, no
+    control or format character, which a log line, a page or a terminal would show as
+    something else); InvalidOption otherwise."""
+    if not isinstance(name, str) or not 0 < len(name) <= NAME_MAX_CHARS or not name.isprintable():
+        raise InvalidOption(
+            f"a schedule's name is a str of 1 to {NAME_MAX_CHARS} printable characters on "
+            f"one line, not {type(name).__name__} {shown(name)}"
+        )
+    return name
 
 
 def check_missed(value: object) -> Missed:

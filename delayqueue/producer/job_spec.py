@@ -18,6 +18,7 @@ from delayqueue.engine.limits import Limits, limits_arg
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
 from delayqueue.errors import NotSerializable, UnknownTask
+from delayqueue.integrations.otel import scheduling_context
 from delayqueue.producer import moves
 from delayqueue.producer.due import Mode, to_due
 from delayqueue.producer.job_limits import job_limits
@@ -99,8 +100,9 @@ def spec(
     if key is not None:
         check_key(key)
     check_on_conflict(on_conflict)
-    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "")
     job_id = new_job_id()
+    trace = scheduling_context(target.queue, job_id, target.name)  # (docs/tracing.md)
+    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "", trace)
     # a sharded queue's job lives in the shard its limit's name, else its key, else its id
     # hashes to
     routing = limit_name(target.name, limit_key or "") if target.limits else key or job_id
@@ -132,8 +134,9 @@ def spec_encoded(
     config = get_settings()
     target = _target(task, queue, max_attempts, visibility_timeout, config)
     check_size(args_json, kwargs_json, config.max_payload_bytes)
-    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt)
     job_id = new_job_id()
+    trace = scheduling_context(target.queue, job_id, target.name)  # (docs/tracing.md)
+    packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, trace=trace)
     # ``limits``: the caller's own (rate and concurrency, expiry ms, limit key), else the task's
     own, expires_ms, limit_key = limits
     if not own and expires_ms is None:

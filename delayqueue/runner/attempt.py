@@ -25,6 +25,7 @@ from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.record import describe_exception, utf8_safe
 from delayqueue.errors import DelayQueueError
 from delayqueue.observability import events
+from delayqueue.runner.observed import around_attempt
 from delayqueue.validators import BACKOFF_MAX_SECONDS, MAX_DISPATCH_AHEAD
 
 logger = logging.getLogger("delayqueue.runner.job")
@@ -46,6 +47,7 @@ class Attempt:
     claimed_ms: int | None
     begun_us: int | None  # Redis's clock as begin ran (µs)
     replied: float  # time.monotonic() of begin's reply
+    trace: str = ""  # the trace context its dispatch carried (integrations/trace_context.py)
 
 
 class Settle(Protocol):
@@ -86,6 +88,7 @@ def run_attempt(
     """Run one attempt and hand its settling call to ``settle``."""
     queue, job_id, task, number = attempt.queue, attempt.job_id, attempt.task, attempt.number
     hold_until_due(attempt.due_ms, attempt.begun_us, attempt.replied)
+    call, settle = around_attempt(attempt, call, settle)  # spans, monitors (docs/tracing.md)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(

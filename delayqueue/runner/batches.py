@@ -24,11 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery import current_task
+
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
+from delayqueue.integrations import trace_context
 from delayqueue.runner.attempt import Attempt, Backoff, run_attempt
 from delayqueue.runner.expired import bury_expired
 from delayqueue.wire import BatchEntry, valid_dispatch
@@ -171,5 +174,6 @@ def _run_one(
         claimed_ms=claimed_ms,
         begun_us=job.begun_us,
         replied=job.replied,
+        trace=trace_context.from_request(getattr(current_task, "request", None), job.id),
     )
     return 1 if run_attempt(attempt, lambda: call(job), backoff, settle).succeeded else 0

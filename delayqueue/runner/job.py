@@ -16,6 +16,7 @@ from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
+from delayqueue.integrations import trace_context
 from delayqueue.runner.attempt import Attempt, Backoff, SettleNow, run_attempt
 from delayqueue.runner.expired import bury_expired
 from delayqueue.validators import VISIBILITY_TIMEOUT_MAX
@@ -100,6 +101,7 @@ def run_job(
         claimed_ms=header_ms(request, HEADER_CLAIMED),
         begun_us=started.now_us,
         replied=replied,
+        trace=trace_context.from_request(request),
     )
     outcome = run_attempt(attempt, lambda: call(*args, **kwargs), backoff, SettleNow())
     if outcome.raised is not None:

@@ -11,6 +11,7 @@ from delayqueue.engine import record
 from delayqueue.engine.keys import STATES, JobField, State, queue_keys
 from delayqueue.engine.packing import job_fields
 from delayqueue.engine.reads import redis_now
+from delayqueue.integrations.trace_context import trace_id
 from delayqueue.services.display import DETAIL_CHARS, Moment, integer, text, ulid_ms
 
 PRETTY_CHARS = 200_000  # arguments longer than this are shown as stored, not re-indented
@@ -49,6 +50,7 @@ class JobDetail:
     history_valid: bool
     missing: bool  # the id is in a set but its hash is gone
     notes: list[str] = field(default_factory=list)  # keys of the wrong type, shown as empty
+    trace_id: str | None = None  # of the trace it was scheduled in (docs/tracing.md)
 
 
 def _pretty(raw: str | None, empty: str) -> tuple[str, bool]:
@@ -141,4 +143,5 @@ def job_detail(queue: str, job_id: str) -> JobDetail | None:
         history_valid=history_ok,
         missing=not fields,
         notes=notes,
+        trace_id=trace_id(fields.get(JobField.TRACE)),
     )

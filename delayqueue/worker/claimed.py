@@ -30,6 +30,7 @@ class Claimed:
     kwargs_json: str
     claimed_ms: int | None = None  # Redis's clock when the claim script ran
     due_ms: int | None = None  # the due time it was claimed at, when the claim reply has it
+    trace: str = ""  # the trace context of its scheduling (integrations/trace_context.py)
 
     @property
     def lateness_ms(self) -> int | None:
@@ -59,6 +60,7 @@ def decode_claimed(
             kwargs_json.decode(),
             claimed_ms,
             None if due is None else int(due),
+            raw.trace.decode("utf-8", "replace"),  # (checked where it is read)
         )
         # What the Celery side would refuse to run, every time it is sent: to dead now,
         # with the real reason, not after MAX_NOT_STARTED dispatches as "never started".

@@ -21,6 +21,7 @@ from delayqueue.engine.execution import run_all
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.record import utf8_safe
 from delayqueue.errors import CorruptJob
+from delayqueue.integrations import otel, trace_context
 from delayqueue.observability import events
 from delayqueue.wire import (
     HEADER_BATCH,
@@ -176,6 +177,8 @@ class Dispatcher:
             headers[HEADER_DUE] = str(job.due_ms)
         if self.visibility_ms is not None:
             headers[HEADER_VT] = str(self.visibility_ms)
+        if job.trace:
+            headers.update(trace_context.dispatch_headers(job.trace))
         if is_delayed_task(target):
             return Send([job], TaskMessage(job.task, args, kwargs, headers, job.task))
         if not self.watch.handoff.may_run_task(job.task):
@@ -191,6 +194,7 @@ class Dispatcher:
             for job, args, kwargs in pending
         ]
         headers = {HEADER_BATCH: str(len(entries))}
+        headers.update(trace_context.batch_headers((job.id, job.trace) for job, _, _ in pending))
         if first.claimed_ms is not None:
             headers[HEADER_CLAIMED] = str(first.claimed_ms)
         if self.visibility_ms is not None:
@@ -235,6 +239,7 @@ class Dispatcher:
     def _published(self, sends: list[Send]) -> None:
         went = [job for send in sends for job in send.jobs]
         self.dispatched += len(went)
+        otel.dispatched(went)
         _dispatched(went)
         for send in sends:
             first = send.jobs[0]

@@ -10,6 +10,8 @@ from typing import Any, Protocol
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from delayqueue.integrations import otel
+
 
 @dataclass(frozen=True)
 class TaskMessage:
@@ -82,14 +84,16 @@ class SendTaskPublisher:
         with self.app.producer_or_acquire() as producer:
             for index, message in enumerate(messages):
                 try:
-                    self.app.send_task(
-                        message.name,
-                        args=message.args,
-                        kwargs=message.kwargs,
-                        headers=message.headers,
-                        route_name=message.route_name,
-                        producer=producer,
-                        ignore_result=True,
-                    )
+                    # (a traced job's: Celery's own publish span, if any, in the job's trace)
+                    with otel.job_context(message.headers):
+                        self.app.send_task(
+                            message.name,
+                            args=message.args,
+                            kwargs=message.kwargs,
+                            headers=message.headers,
+                            route_name=message.route_name,
+                            producer=producer,
+                            ignore_result=True,
+                        )
                 except (OperationalError, OSError) as exc:
                     raise PublishError(index, exc) from exc

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from html.parser import HTMLParser
+from io import StringIO
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -13,6 +14,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.contrib.staticfiles import finders
+from django.core.management import call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -57,6 +59,40 @@ def test_sidebar_entry_needs_the_view_permission(django_user_model, viewer, r):
     assert "Delayed jobs" in index and url("changelist") in index
     staff = user_client(django_user_model, "staff")
     assert url("changelist") not in text(staff.get(reverse("admin:index")))
+
+
+def test_the_admin_index_lists_the_schedules_page_beside_the_jobs(django_user_model, viewer, r):
+    entry = reverse("admin:delayqueue_periodicschedule_changelist")
+    index = text(viewer.get(reverse("admin:index")))
+    assert f'<a href="{entry}">Periodic schedules</a>' in index
+    assert index.index(url("changelist")) < index.index(entry)  # beside the jobs, after them
+    followed = viewer.get(entry)
+    assert followed.status_code == 302 and followed["Location"] == url("schedules")
+    assert viewer.get(entry, follow=True).status_code == 200
+    staff = user_client(django_user_model, "staff")
+    assert entry not in text(staff.get(reverse("admin:index")))
+    assert staff.get(entry).status_code == 403
+    assert Client().get(entry)["Location"].startswith(reverse("admin:login"))
+    # no add, change or delete through the entry; generic look-ups find no row
+    assert viewer.get(f"{entry}add/").status_code == 404
+    assert viewer.get(f"{entry}1/change/").status_code == 404
+
+
+def test_the_schedules_entry_brings_no_permission_rows_and_the_migrations_match_the_models():
+    """The Schedules page's permissions stay on the delayed-job model (grants made before the
+    entry existed keep working), each one row; `makemigrations --check` finds nothing new."""
+    rows = Permission.objects.filter(content_type__app_label="delayqueue")
+    assert sorted((p.content_type.model, p.codename) for p in rows) == sorted(
+        ("delayedjob", codename)
+        for codename in (
+            "view_jobs",
+            "change_jobs",
+            "delete_jobs",
+            "pause_schedules",
+            "run_schedules",
+        )
+    )
+    call_command("makemigrations", "delayqueue", "--check", "--dry-run", stdout=StringIO())
 
 
 def test_actions_need_change_and_delete_permissions(django_user_model, viewer, r):

@@ -22,7 +22,11 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from delayqueue.engine import schedules as engine_schedules
 from delayqueue.engine.keys import queue_keys
+from delayqueue.periodic import declare as declaring
+from delayqueue.periodic import planner, registry
+from delayqueue.services import schedules as schedule_service
 from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.processes import ROOT
@@ -261,3 +265,67 @@ def test_the_dead_list_fits_1280_pixels_and_no_request_fails(page, live_server, 
     assert failed == [], failed
     assert any("/static/delayqueue/favicon." in url for url in icons_loaded), icons_loaded
     assert not any(url.endswith("/favicon.ico") for url in icons_loaded)
+
+
+def test_the_schedules_page_fits_1280_pixels_with_every_column_visible(
+    page, live_server, monkeypatch, r
+):
+    """At 1280x800 with the sidebar open, the Schedules page shows every column, the state
+    and the actions included, inside the window, however long the names, rules and time
+    zones; each of the next runs is one line; the admin index leads to the page."""
+    monkeypatch.setattr(registry, "_in_code", {})
+    long_name = "customer-invoice-reminders-for-every-tenant-of-the-eu-region-on-weekdays"
+    declared: list[tuple[str, dict[str, Any]]] = [
+        (long_name, {"cron": "30 6 * * 1-5", "timezone": "America/Argentina/Buenos_Aires"}),
+        ("x" * 70, {"every": 60}),  # one token with no punctuation: may wrap anywhere
+        ("nightly-report", {"cron": "0 3 1,15 * *", "timezone": "Australia/Lord_Howe"}),
+    ]
+    task = "tests.support.jobs.single_deadline_probe"
+    for name, rule in declared:
+        build = declaring._builder(task, (name, 0), None, "tests")
+        rule = {"cron": None, "every": None, "timezone": None, **rule}
+        registry.add(
+            declaring._declared(name, task, missed="once", source="code", build=build, **rule)
+        )
+    planner.reconcile()
+    every_minute = "x" * 70
+    [stored] = engine_schedules.stored("tests", every_minute)
+    assert stored.next_ms is not None
+    planner.fire_due("tests", now_ms=stored.next_ms + 1)  # a last run, with its job's link
+    schedule_service.pause("nightly-report")
+
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{live_server.url}/admin/")
+    page.click("a:has-text('Periodic schedules')")
+    expect(page.locator("h1")).to_have_text("Periodic schedules")
+    page.wait_for_load_state("load")  # the admin's sidebar script has run: sidebar open
+    assert page.locator("#nav-sidebar").is_visible()
+    expect(page.locator("#schedules tbody tr")).to_have_count(3)
+    page.screenshot(path=str(ARTIFACTS / "admin-schedules-1280.png"))
+
+    width = 1280
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    wrap = page.locator("#schedules .dq-wrap")
+    assert wrap.evaluate("e => e.scrollWidth <= e.clientWidth"), "the table scrolls sideways"
+    headers = page.locator("#schedules thead th").all()
+    assert [(h.text_content() or "").strip() for h in headers][-2:] == ["State", "Actions"]
+    for cell in headers + page.locator("#schedules tbody th, #schedules tbody td").all():
+        box = cell.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= width, (cell.inner_text(), box)
+    for button in page.locator("#schedules tbody button").all():
+        box = button.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= width, box
+
+    # each next run is one line, not wrapped over several
+    runs = page.locator("#schedules td.next-runs li")
+    assert runs.count() == 2 * 5  # the paused schedule has none
+    line_height = runs.first.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)")
+    for run in runs.all():
+        box = run.bounding_box()
+        assert box is not None and box["height"] < 1.5 * line_height, (run.inner_text(), box)
+    # the actions still work from the narrow column
+    row = page.locator(f"tr[data-schedule='{long_name}']")
+    row.locator("button[value=pause]").click()
+    expect(page.locator(".messagelist")).to_contain_text(f"Schedule {long_name} paused.")
+    expect(row.locator(".badge.paused")).to_be_visible()
+    assert_fits_phone(page, "admin-schedules-390.png")

@@ -19,7 +19,7 @@ from delayqueue.worker.loop import DelayWorker
 from tests.support.command_line import cli
 from tests.support.processes import ROOT, child_env
 from tests.support.redis_server import RedisServer, free_port
-from tests.support.states import Q, schedule
+from tests.support.states import Q, make_dead, schedule
 
 
 def test_a_pause_note_that_is_not_utf8_pauses_with_the_note_escaped(r: redis.Redis) -> None:
@@ -29,6 +29,14 @@ def test_a_pause_note_that_is_not_utf8_pauses_with_the_note_escaped(r: redis.Red
     assert "Traceback" not in done.stderr
     assert operations.is_paused(Q)
     assert r.get(queue_keys(Q).paused) == "deploy \\udcff"
+
+
+def test_show_prints_a_terminal_escape_from_redis_escaped(r: redis.Redis) -> None:
+    job = make_dead("escaped", error="ValueError: \x1b]0;pwned\x07 \x1b[2J")
+    shown = cli("show", job.id)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert "\\x1b]0;pwned\\x07" in shown.stdout
 
 
 @pytest.fixture(scope="module")

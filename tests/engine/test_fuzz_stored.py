@@ -33,12 +33,11 @@ from delayqueue.worker.loop import DelayWorker
 from tests.conftest import celery_app_on, wait_for
 from tests.support import jobs
 from tests.support.corrupt import (
-    AFTER_YEAR_9999_MS,
     NOT_UTF8,
     PICKLE,
-    PICKLE_ASCII,
+    SCORES,
+    VALUES,
     YEAR_0_MS,
-    YEAR_MINUS_10000_MS,
     decode_message,
     page_url,
     parked_broker,
@@ -64,49 +63,6 @@ SUPPRESS = [
 JOB_FIELDS = ["task", "args", "kwargs", "max", "vt", "key", "tok", "att", "rp", "began", "hist",
               "err", "tb", "why", "raw"]  # fmt: skip
 SPEC_FIELDS = ["task", "args", "kwargs", "max", "vt", "key"]  # delayqueue/engine/packing.py
-MISSING = None
-VALUES: list[bytes | None] = [
-    MISSING,
-    b"",
-    b"x",
-    b"nan",
-    b"inf",
-    b"-inf",
-    b"1e300",
-    b"-1e300",
-    b"9" * 400,
-    b"999999999999999",
-    b"1e15",
-    b"-5",
-    b"-1",
-    b"0",
-    b"1",
-    b"1.5",
-    b" 1",
-    b"0x10",
-    NOT_UTF8,
-    PICKLE,
-    PICKLE_ASCII,
-    b"\n\n",
-    b"a/b",
-    b"[]",
-    b"{}",
-    b"null",
-    b'"s"',
-    b"[1,2,3]",
-    b'[{"at": 1e400, "attempt": "x"}]',
-    b"[" * 5000 + b"]" * 5000,
-    b'{"a":' * 3000 + b"1" + b"}" * 3000,
-    b"x" * 200_000,
-    b"tests.support.jobs.plain",
-    b"os.system",
-    b"delayqueue.run_task",
-    b"tests.support.jobs.record\n",
-    b'[{"__type__": "nope", "__value__": 1}]',  # kombu's JSON type envelope
-    b'["x", {"__type__": "bytes", "__value__": "X"}]',
-]
-SCORES = [1e300, -1e300, YEAR_0_MS, YEAR_MINUS_10000_MS, AFTER_YEAR_9999_MS, 0, -1, 2**63,
-          float("inf"), float("-inf"), 0.5, 253_402_300_799_999 - 3_600_000]  # fmt: skip
 JUNK_MEMBERS = [b"a/b", b"", b" ", b"..", b".", NOT_UTF8, b"x" * 1000, b"<b>", b"%2F", b"\n",
                 b"01HZZZZZZZZZZZZZZZZZZZZZZZ", b"01hzzzzzzzzzzzzzzzzzzzzzzz"]  # fmt: skip
 WRONG_TYPES = ["string", "list", "set", "zset", "hash"]

@@ -179,3 +179,51 @@ def states_of(raw: redis.Redis, queue_base: str, job_id: bytes) -> list[str]:
 def short(values: Iterable[Any], limit: int = 300) -> str:
     text = ", ".join(repr(v) for v in values)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+# Values to plant in a hash's field (None: the field removed), and scores to plant in a
+# zset (tests/engine/test_fuzz_stored.py, tests/periodic/test_fuzz_schedules.py,
+# tests/tasks_backend/test_fuzz_results.py).
+MISSING = None
+VALUES: list[bytes | None] = [
+    MISSING,
+    b"",
+    b"x",
+    b"nan",
+    b"inf",
+    b"-inf",
+    b"1e300",
+    b"-1e300",
+    b"9" * 400,
+    b"999999999999999",
+    b"1e15",
+    b"-5",
+    b"-1",
+    b"0",
+    b"1",
+    b"1.5",
+    b" 1",
+    b"0x10",
+    NOT_UTF8,
+    PICKLE,
+    PICKLE_ASCII,
+    b"\n\n",
+    b"a/b",
+    b"[]",
+    b"{}",
+    b"null",
+    b'"s"',
+    b"[1,2,3]",
+    b'[{"at": 1e400, "attempt": "x"}]',
+    b"[" * 5000 + b"]" * 5000,
+    b'{"a":' * 3000 + b"1" + b"}" * 3000,
+    b"x" * 200_000,
+    b"tests.support.jobs.plain",
+    b"os.system",
+    b"delayqueue.run_task",
+    b"tests.support.jobs.record\n",
+    b'[{"__type__": "nope", "__value__": 1}]',  # kombu's JSON type envelope
+    b'["x", {"__type__": "bytes", "__value__": "X"}]',
+]
+SCORES = [1e300, -1e300, YEAR_0_MS, YEAR_MINUS_10000_MS, AFTER_YEAR_9999_MS, 0, -1, 2**63,
+          float("inf"), float("-inf"), 0.5, 253_402_300_799_999 - 3_600_000]  # fmt: skip

@@ -28,6 +28,7 @@ CORE_MODULES = [
     "tests/admin/test_admin.py",
     "tests/scheduling/test_shards.py",
     "tests/periodic/test_schedules.py",
+    "tests/tracing/test_tracing.py",  # one trace across the delay (docs/tracing.md)
 ]
 # The async API on each topology; its tests of one Redis's own connection (a dropped
 # connection, a timeout, TLS) are skipped there, and say so.

@@ -11,8 +11,13 @@
 -- in the queue's slot.
 -- The spec is six fields joined by "\n":
 --   task, args JSON, kwargs JSON or "", max attempts or "", visibility ms or "", dedupe key
--- Compact JSON holds no raw newline and task names are checked for one, so only the key,
--- which is last, may contain "\n". claim.lua unpacks the spec into the job's hash.
+-- or seven, when the job keeps a trace context (docs/tracing.md) or its key has a "\n":
+--   task, args JSON, kwargs JSON or "", max attempts or "", visibility ms or "",
+--   trace context or "", dedupe key
+-- Compact JSON holds no raw newline, task names are checked for one and trace contexts are
+-- checked, so only the key, which is last, may contain "\n": a spec with exactly five "\n"
+-- has six fields (a job without a trace context pays no byte for it). claim.lua unpacks the
+-- spec into the job's hash.
 -- A job that has a hash (it was claimed at least once) keeps its spec fields there, never
 -- in a bucket: only a job that was never claimed has a packed spec.
 -- #include _types.lua
@@ -33,9 +38,10 @@ local function bucket_spec(bucket, id)
   return spec
 end
 
-local SPEC_FIELDS = {'task', 'args', 'kwargs', 'max', 'vt', 'key'}
+local SPEC_FIELDS = {'task', 'args', 'kwargs', 'max', 'vt', 'tc', 'key'}
 
--- The spec's six fields, or nil when it is malformed.
+-- The spec's seven fields (the trace context "" in a six-field spec), or nil when it is
+-- malformed.
 local function split_spec(spec)
   local parts, pos = {}, 1
   for i = 1, 5 do
@@ -44,7 +50,9 @@ local function split_spec(spec)
     parts[i] = string.sub(spec, pos, stop - 1)
     pos = stop + 1
   end
-  parts[6] = string.sub(spec, pos)
+  local stop = string.find(spec, '\n', pos, true)
+  parts[6] = stop and string.sub(spec, pos, stop - 1) or ''
+  parts[7] = string.sub(spec, stop and stop + 1 or pos)
   return parts
 end
 
@@ -81,5 +89,5 @@ end
 
 -- The dedupe key of split spec `parts` (nil or false when there is none).
 local function spec_key(parts)
-  return parts and parts[6] ~= '' and parts[6]
+  return parts and parts[7] ~= '' and parts[7]
 end

@@ -21,7 +21,8 @@
 -- ARGV[4] ahead ms: jobs due within this many ms from now are claimed too (DISPATCH_AHEAD:
 --         the Celery side holds each until its due time, so it starts on time)
 -- Returns {now ms, next due ms or -1, next deadline ms or -1, paused 0|1,
---          {{id, token, attempt, task, args json, kwargs json or "", due ms}, ...},
+--          {{id, token, attempt, task, args json, kwargs json or "", due ms
+--            [, trace context when the job keeps one]}, ...},
 --          and, when a job expired or a limit held one: {id of each job sent to dead as
 --          expired, ...}, jobs a limit kept scheduled}
 -- #include _now.lua
@@ -68,13 +69,13 @@ local ids, far, due_of = due_ids(KEYS[1], now + ahead, limit, true)
 local function examine(id, far_due)
   local job = KEYS[3] .. id
   local f = hash_fields(job, 'task', 'args', 'kwargs', 'max', 'vt', 'key', 'tok', 'att', 'rp',
-                       'lim', 'exp')
+                        'tc', 'lim', 'exp')
   -- Its packed spec, in its bucket (one that is not a hash holds none, and is left to
   -- whoever wrote it).
   local bucket = spec_bucket(KEYS[7], id)
   local spec, bucket_type = bucket_spec(bucket, id)
   local plan = {id = id, job = job, spec = spec, from = bucket, foreign = not f}
-  plan.fresh = f and not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6])  -- no spec field
+  plan.fresh = f and not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6] or f[10])  -- no spec
   if spec then
     plan.parts = split_spec(spec)
     if spec == '\n\n\n\n\n' then plan.parts = nil end
@@ -88,7 +89,8 @@ local function examine(id, far_due)
     return plan
   end
   if plan.parts then  -- the packed spec is the job's current spec
-    for i = 1, 6 do f[i] = plan.parts[i] ~= '' and plan.parts[i] end
+    for i = 1, 5 do f[i] = plan.parts[i] ~= '' and plan.parts[i] end
+    f[6], f[10] = plan.parts[7] ~= '' and plan.parts[7], plan.parts[6] ~= '' and plan.parts[6]
   end
   if far_due then
     plan.why = 'corrupt job data: its due time is after year 9999'
@@ -103,17 +105,17 @@ local function examine(id, far_due)
     plan.why = 'corrupt job data: max is not an integer from 1 to 10^9'
   elseif not (counter(f[7]) and counter(f[8]) and counter(f[9])) then
     plan.why = 'corrupt job data: tok, att or rp is not an integer'
-  elseif f[10] and not parse_limits(f[10]) then
+  elseif f[11] and not parse_limits(f[11]) then
     plan.why = 'corrupt job data: lim is not a rate, a window, a concurrency and a key'
-  elseif f[11] and not expired_at(f[11]) then
+  elseif f[12] and not expired_at(f[12]) then
     plan.why = 'corrupt job data: exp is not a time in ms'
-  elseif f[11] and now > expired_at(f[11]) then
+  elseif f[12] and now > expired_at(f[12]) then
     plan.why = 'expired'
     plan.expired = f[6] or true
   else
     plan.ok = true
     plan.fields = f
-    plan.limits = parse_limits(f[10])
+    plan.limits = parse_limits(f[11])
   end
   return plan
 end
@@ -166,7 +168,9 @@ for _, plan in ipairs(plans) do
       local deadline = now + (tonumber(f[5]) or default_vt) * 2 ^ redispatched
       deadlines[#deadlines + 1] = deadline
       deadlines[#deadlines + 1] = id
-      claimed[#claimed + 1] = {id, token, attempt, f[1], f[2], f[3] or '', due_of[id] or ''}
+      local row = {id, token, attempt, f[1], f[2], f[3] or '', due_of[id] or ''}
+      if f[10] then row[8] = f[10] end  -- its trace context, only when it keeps one
+      claimed[#claimed + 1] = row
       if plan.base then
         admit(gate, plan.base, plan.limits, id, token, now, plan.at, deadline)
       end

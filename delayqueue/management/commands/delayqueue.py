@@ -215,7 +215,7 @@ class Command(BaseCommand):
             if as_json:
                 self.stdout.write(json.dumps(render.job_json(job), indent=2))
             else:
-                self.stdout.write(render.job_text(job))
+                self.say(render.job_text(job))
 
     def health(self, options: dict[str, Any]) -> None:
         verdict = status.health(
@@ -225,7 +225,7 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(render.health_json(verdict), indent=2))
         else:
             for line in render.health_lines(verdict):
-                self.stdout.write(line)
+                self.say(line)
         if not verdict.ok:
             problems = verdict.problems + [
                 f"queue {q.name}: {p}" for q in verdict.queues for p in q.problems
@@ -242,7 +242,7 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps([schedule_cli.as_json(v) for v in views], indent=2))
             else:
                 for line in schedule_cli.lines(views):
-                    self.stdout.write(line)
+                    self.say(line)
             return
         if not name:
             raise CommandError(f"schedules {verb} needs the schedule's NAME", returncode=USAGE)
@@ -250,8 +250,8 @@ class Command(BaseCommand):
             self.confirm(f"{verb} schedule {name}?")
         done, said = schedule_cli.act(verb, name)
         if not done:
-            raise CommandError(said, returncode=FAILED)
-        self.stdout.write(said)
+            raise CommandError(render.escaped(said), returncode=FAILED)
+        self.say(said)
 
     # ---- acting ------------------------------------------------------------------------
 
@@ -268,18 +268,22 @@ class Command(BaseCommand):
 
     def act(self, plan: acts.Plan, *, yes: bool) -> None:
         for line in plan.said:
-            self.stdout.write(line)
+            self.say(line)
         if not plan.question:
             return
         for problem in plan.problems:
-            self.stderr.write(f"skipped: {problem}")
+            self.stderr.write(render.escaped(f"skipped: {problem}"))
         if not yes:
             self.confirm(plan.question)
         outcome = plan.run()
         for line in outcome.said:
-            self.stdout.write(line)
+            self.say(line)
         if outcome.problems:
-            raise CommandError("; ".join(outcome.problems), returncode=FAILED)
+            raise CommandError(render.escaped("; ".join(outcome.problems)), returncode=FAILED)
+
+    def say(self, text: str) -> None:
+        """A line of text on stdout, with what it took from Redis escaped."""
+        self.stdout.write(render.escaped(text))
 
     def confirm(self, question: str) -> None:
         if not self.stdin.isatty():
