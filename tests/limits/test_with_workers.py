@@ -102,7 +102,9 @@ def test_never_more_starts_than_the_rate_in_any_window(
     wait_for(lambda: len(limit_tasks.runs()) >= 37 and all_settled(r), 60)
     runs = limit_tasks.runs("rated")
     assert sorted(str(run["tag"]) for run in runs) == sorted(f"r{i}" for i in range(25))
-    counted = [float(str(run["counted_ms"])) / 1000 for run in runs]
+    # (a run handed over in a form without the claim's headers says none)
+    counted = [float(str(run["counted_ms"])) / 1000 for run in runs if run["counted_ms"]]
+    assert len(counted) >= 10, runs
     assert most_in_a_window(counted, 1.0) <= 5  # exact, on Redis's clock
     assert most_in_a_window([float(str(run["start"])) for run in runs], 1.0 - SKEW) <= 5
     assert max(counted) - min(counted) >= 4.0  # 25 starts at 5/s take four windows at least
