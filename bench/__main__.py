@@ -24,8 +24,9 @@ SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "mem
 # Run only when named in --only: ``cluster`` starts a Redis Cluster and 8 processes of its own;
 # ``async`` is the async API's (bench/async_enqueue.py); ``periodic`` periodic jobs' against
 # Celery beat (bench/periodic.py); ``tasks`` Django's Tasks API on delayqueue
-# (bench/tasks_backend.py); ``tracing`` what a trace across the delay costs (bench/tracing.py).
-OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing")
+# (bench/tasks_backend.py); ``tracing`` what a trace across the delay costs (bench/tracing.py);
+# ``limits`` what limits cost and how closely a rate holds (bench/limits.py).
+OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing", "limits")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -34,6 +35,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         async_enqueue,
         bursts,
         cluster,
+        limits,
         periodic,
         tasks_backend,
         throughput,
@@ -55,6 +57,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "periodic": periodic.periodic,
         "tasks": tasks_backend.tasks,
         "tracing": tracing.tracing,
+        "limits": limits.limits,
     }
 
 

@@ -76,3 +76,28 @@ def tick(self: Any, tag: str) -> None:
 def beat_tick() -> None:
     """Celery beat's every-second entry (the baseline of the periodic scenario)."""
     client().rpush(TICKS, f"beat {time.time() * 1000:.3f}")
+
+
+# Limits that are never reached (bench/limits.py: what a limit costs when it holds nothing
+# back), and a rate that is (how closely it holds under a burst).
+NEVER = 1_000_000_000
+
+
+@delayed_task(queue="bench", rate=f"{NEVER}/s", concurrency=NEVER)
+def noop_limited(n: int) -> None:
+    """``noop`` with a rate and a concurrency it never reaches."""
+    client().incr(RAN)
+
+
+@delayed_task(queue="bench", rate=f"{NEVER}/s", concurrency=NEVER)
+def stamp_limited(due_ms: int) -> None:
+    """``stamp`` with a rate and a concurrency it never reaches."""
+    started_ms = time.time() * 1000
+    client().rpush(LATENESS, f"{due_ms} {started_ms:.3f}")
+
+
+@delayed_task(queue="bench", rate="100/s")
+def stamp_100(due_ms: int) -> None:
+    """``stamp`` at most 100 times in any second."""
+    started_ms = time.time() * 1000
+    client().rpush(LATENESS, f"{due_ms} {started_ms:.3f}")

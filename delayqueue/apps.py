@@ -11,7 +11,7 @@ class DelayQueueConfig(AppConfig):
         # Django project that installs delayqueue, autodiscovered or not (shared_task adds
         # them to each app). The periodic schedules of DELAYQUEUE["SCHEDULES"] are read
         # through delayqueue.periodic.declare.
-        from delayqueue import checks, tasks  # noqa: F401
+        from delayqueue import checks, limit_checks, tasks  # noqa: F401
         from delayqueue.django_tasks import run  # noqa: F401 (the Django Tasks backend's)
         from delayqueue.integrations import checks as integration_checks  # noqa: F401
         from delayqueue.periodic import checks as schedule_checks  # noqa: F401

@@ -72,6 +72,15 @@ job_requeued = Signal()
 #: back) and ``dead`` (count). No ``job_id``.
 job_reaped = Signal()
 
+#: A job was not started because it expired (its ``expires`` passed before it could start):
+#: it is dead with the reason "expired" (``job_dead`` follows, cause "expired"). Sent by the
+#: delay worker (found at claim) or the Celery worker (found at start). ``task`` (may be None).
+job_expired = Signal()
+
+#: Due jobs a rate or concurrency limit kept scheduled in one claim (delay worker), per queue
+#: and pass: ``count``. No ``job_id``: they are due again when the limit next allows.
+job_limited = Signal()
+
 #: A schedule's occurrence came due and the schedule moved on to its next one (delay
 #: worker; periodic jobs). ``schedule`` (its name), ``job_id`` (the occurrence's job),
 #: ``at_ms`` (the occurrence's instant), ``lateness_ms`` (instant -> this step), ``runs``
@@ -90,5 +99,7 @@ ALL = {
     "dead": job_dead,
     "requeued": job_requeued,
     "reaped": job_reaped,
+    "expired": job_expired,
+    "limited": job_limited,
     "ticked": schedule_ticked,
 }

@@ -8,7 +8,9 @@ with a message that names the option and its bounds.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from delayqueue.errors import InvalidKey, InvalidOption
@@ -120,6 +122,47 @@ def check_key(value: Any, name: str = "key") -> str:
             f"{exc.object[exc.start : exc.end]!r}); keys are stored as UTF-8"
         ) from None
     return value
+
+
+MAX_LIMIT = 1_000_000_000  # the most starts per window or jobs at once (lua/_limits.lua)
+MAX_EXPIRES_SECONDS = 100 * 365 * 24 * 3600.0
+_RATE = re.compile(r"([0-9]{1,10})/([smh])")
+
+
+def check_rate(value: Any, name: str = "rate") -> tuple[int, int]:
+    """ "N/s", "N/m" or "N/h" (N from 1 to MAX_LIMIT) as (N, the window in ms)."""
+    match = _RATE.fullmatch(value) if isinstance(value, str) else None
+    if match is None or not 1 <= int(match.group(1)) <= MAX_LIMIT:
+        raise InvalidOption(
+            f"{name} must be a string 'N/s', 'N/m' or 'N/h' (N starts per second, minute or "
+            f"hour, 1 to {MAX_LIMIT:,}), not {shown(value)}"
+        )
+    return int(match.group(1)), {"s": 1_000, "m": 60_000, "h": 3_600_000}[match.group(2)]
+
+
+def check_concurrency(value: Any, name: str = "concurrency") -> int:
+    """Jobs running at once: an int from 1 to MAX_LIMIT."""
+    return check_positive_int(value, name, maximum=MAX_LIMIT)
+
+
+def check_expires(value: Any, name: str = "expires") -> int:
+    """Seconds (a number or a timedelta) above 0 and at most 100 years, as whole ms (a
+    fraction of a ms rounds up: never sooner than asked)."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else _number(name, value)
+    if not 0 < seconds <= MAX_EXPIRES_SECONDS:
+        raise InvalidOption(
+            f"{name} must be seconds (or a timedelta) above 0 and at most 100 years after the "
+            f"due time, not {shown(value)}"
+        )
+    return math.ceil(seconds * 1000)
+
+
+def check_limit_key(value: Any, name: str = "limit_key") -> str:
+    """A limit key: as a dedupe key, a non-empty str of at most KEY_MAX_CHARS characters."""
+    try:
+        return check_key(value, name)
+    except InvalidKey as exc:
+        raise InvalidOption(str(exc)) from None
 
 
 def shown(value: Any) -> str:

@@ -104,12 +104,20 @@ DELAYQUEUE = {
     },
 }
 
+# How long a customer has to pay before the order is closed and its stock released.
+ORDER_PAYMENT_TIMEOUT = env.int("ORDER_PAYMENT_TIMEOUT", default=1800)
+
 # Django's Tasks framework on delayqueue: send_payment_reminder (orders_demo/tasks.py) is a
-# Django @task, enqueued with run_after like any Django task; delayqueue runs it.
+# Django @task, enqueued with run_after like any Django task; delayqueue runs it. A reminder
+# sent after the payment window closed is worse than none: it expires (docs/limits.md) when
+# it cannot start by the end of the window (it is due half way through), after an outage or
+# a backlog, and goes to dead with the reason "expired" instead (a minute at least: a window
+# of seconds, as the demo's quick runs use, leaves no room for a worker that starts late).
 TASKS = {
     "default": {
         "BACKEND": "delayqueue.tasks_backend.DelayQueueBackend",
         "QUEUES": ["default", "orders"],
+        "OPTIONS": {"EXPIRES": max(60, ORDER_PAYMENT_TIMEOUT // 2)},
     }
 }
 
@@ -120,9 +128,6 @@ if env.bool("TRACE_TO_CONSOLE", default=False):
 
     export_to_console()
     MIDDLEWARE.insert(0, "orders_demo.tracing.request_spans")
-
-# How long a customer has to pay before the order is closed and its stock released.
-ORDER_PAYMENT_TIMEOUT = env.int("ORDER_PAYMENT_TIMEOUT", default=1800)
 
 LOGGING = {
     "version": 1,

@@ -61,7 +61,7 @@ os.environ["ORDER_PAYMENT_TIMEOUT"] = "1800"
 from orders_demo.settings import *  # noqa: E402,F403
 
 DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"]}  # noqa: F405
-CELERY_IMPORTS = ["tests.support.jobs"]
+CELERY_IMPORTS = ["tests.support.jobs", "tests.support.limit_tasks"]
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 DELAYQUEUE = {"REDIS_URL": os.environ["DQ_TEST_DELAYQUEUE_URL"], "SAFETY_POLL": 2.0}
 if TOPOLOGY == "cluster":

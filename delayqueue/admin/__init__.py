@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, register_converter, reverse
 
+from delayqueue.admin import limit_pages as limit_views
 from delayqueue.admin import pages as views
 from delayqueue.admin import schedule_pages as schedule_views
 from delayqueue.models import DelayedJob, PeriodicSchedule
@@ -96,6 +97,9 @@ class DelayedJobAdmin(SeenWithViewJobs):
     def schedule_act_view(self, request: HttpRequest) -> HttpResponse:
         return schedule_views.schedule_act(request, self.admin_site)
 
+    def limits_view(self, request: HttpRequest) -> HttpResponse:
+        return limit_views.limit_list(request, self.admin_site)
+
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         name = "delayqueue_delayedjob"
@@ -103,6 +107,7 @@ class DelayedJobAdmin(SeenWithViewJobs):
             path("", wrap(self.changelist_view), name=f"{name}_changelist"),
             path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
             path("schedules/act/", wrap(self.schedule_act_view), name=f"{name}_schedule_act"),
+            path("limits/", wrap(self.limits_view), name=f"{name}_limits"),
             path("<delayqueue_queue:queue>/actions/", wrap(self.act_view), name=f"{name}_act"),
             path(
                 "<delayqueue_queue:queue>/job/<str:job_id>/",

@@ -203,6 +203,7 @@ def job_list(request: HttpRequest, site: AdminSite, queue: str, state: str) -> H
             order="asc" if order == "asc" else "desc",
             search=search,
             task=task,
+            reason=request.GET.get("reason", "")[:MAX_SEARCH],
         )
     except browse.PageOutOfRange as exc:
         raise NotFound(f"This list has no page {page_number}. {exc}.") from exc

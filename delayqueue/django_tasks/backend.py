@@ -42,9 +42,11 @@ from delayqueue.django_tasks.task import (
     DelayQueueTask,
     TaskOptions,
     backoff_seconds,
+    task_limits,
     task_options,
 )
 from delayqueue.engine.keys import JOB_ID, check_queue_name
+from delayqueue.engine.limits import Limits
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.task_results import astored_task_result, stored_task_result
 from delayqueue.errors import InvalidOption, InvalidQueueName
@@ -52,10 +54,14 @@ from delayqueue.producer.async_client import adelay_many
 from delayqueue.producer.client import delay_many
 from delayqueue.producer.due import Mode, due_at, is_naive
 from delayqueue.producer.job_spec import Job, JobSpec, spec_encoded
+from delayqueue.producer.task_options import checked_limits
 from delayqueue.validators import (
+    check_concurrency,
+    check_expires,
     check_flag,
     check_max_attempts,
     check_positive_int,
+    check_rate,
     check_visibility_timeout,
 )
 from delayqueue.wire import encode_args
@@ -75,6 +81,9 @@ class BackendOptions:
     max_attempts: int | None = None  # MAX_ATTEMPTS (None: DELAYQUEUE["MAX_ATTEMPTS"])
     backoff: float | None = None  # BACKOFF: base seconds (None: DELAYQUEUE["BACKOFF_BASE"])
     visibility_timeout: float | None = None  # VISIBILITY_TIMEOUT seconds (None: the worker's)
+    rate: str | None = None  # RATE of every task without its own (docs/limits.md)
+    concurrency: int | None = None  # CONCURRENCY
+    expires: float | None = None  # EXPIRES seconds after run_after
 
     @classmethod
     def parse(cls, alias: str, options: Mapping[str, Any]) -> BackendOptions:
@@ -84,6 +93,9 @@ class BackendOptions:
             "MAX_ATTEMPTS": lambda v: check_max_attempts(v, "MAX_ATTEMPTS"),
             "BACKOFF": lambda v: backoff_seconds(v, "BACKOFF"),
             "VISIBILITY_TIMEOUT": lambda v: check_visibility_timeout(v, "VISIBILITY_TIMEOUT"),
+            "RATE": lambda v: check_rate(v, "RATE") and v,
+            "CONCURRENCY": lambda v: check_concurrency(v, "CONCURRENCY"),
+            "EXPIRES": lambda v: check_expires(v, "EXPIRES") and v,
         }
         where = f"TASKS[{alias!r}]['OPTIONS']"
         if not isinstance(options, Mapping):
@@ -103,6 +115,9 @@ class BackendOptions:
             max_attempts=checked.get("MAX_ATTEMPTS"),
             backoff=checked.get("BACKOFF"),
             visibility_timeout=checked.get("VISIBILITY_TIMEOUT"),
+            rate=checked.get("RATE"),
+            concurrency=checked.get("CONCURRENCY"),
+            expires=checked.get("EXPIRES"),
         )
 
 
@@ -220,6 +235,7 @@ class TaskJobs:
     options: str  # the keywords' JSON, "" when every one is the default
     max_attempts: int | None  # its own (own options), else OPTIONS'; None: delayqueue's
     visibility_timeout: float | None
+    limits: tuple[Limits | None, int | None] = (None, None)  # rate/concurrency, expiry ms
 
     @classmethod
     def of(
@@ -245,7 +261,14 @@ class TaskJobs:
         # (no limit here: each call checks the whole job's size against MAX_PAYLOAD_BYTES,
         # whose value may change after the task is made)
         path_json, options_json = encode_args([task.module_path], options, sys.maxsize)
-        return cls(task, path_json[:-1] + ",", options_json, max_attempts, visibility_timeout)
+        rate, concurrency, expires = task_limits(task)
+        limits = checked_limits(
+            config.rate if rate is None else rate,
+            config.concurrency if concurrency is None else concurrency,
+            config.expires if expires is None else expires,
+        )
+        head = path_json[:-1] + ","
+        return cls(task, head, options_json, max_attempts, visibility_timeout, limits)
 
     def spec(self, args: Any, kwargs: Any) -> JobSpec:
         """The checked job of one call (NotSerializable, PayloadTooLarge, InvalidDelay)."""
@@ -258,6 +281,7 @@ class TaskJobs:
             queue=self.task.queue_name,
             max_attempts=self.max_attempts,
             visibility_timeout=self.visibility_timeout,
+            limits=(*self.limits, self.task.module_path),
         )
 
 

@@ -11,10 +11,12 @@ Each one left at None takes the backend's ``OPTIONS`` (then delayqueue's setting
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, cast
 
 from delayqueue.django_tasks.compat import InvalidTask, Task
 from delayqueue.errors import InvalidOption
+from delayqueue.producer.task_options import checked_limits
 from delayqueue.validators import check_backoff, check_max_attempts, check_visibility_timeout
 
 
@@ -23,6 +25,9 @@ class DelayQueueTask(Task):
     max_attempts: int | None = None  # attempts before the job is dead
     backoff: float | None = None  # base seconds of the exponential retry backoff
     visibility_timeout: float | None = None  # seconds an attempt may run before it runs again
+    rate: str | None = None  # "N/s", "N/m", "N/h": starts in any window (docs/limits.md)
+    concurrency: int | None = None  # runs at once, across the deployment
+    expires: float | timedelta | None = None  # seconds after run_after it may still start
 
 
 # A task's own (max_attempts, backoff seconds, visibility_timeout seconds); None: not set.
@@ -53,3 +58,22 @@ def task_options(task: Task[Any, Any]) -> TaskOptions:
     except InvalidOption as exc:
         raise InvalidTask(f"task {task.module_path}: {exc}") from None
     return max_attempts, backoff, visibility_timeout
+
+
+# A task's own (rate, concurrency, expires); None: not set (docs/limits.md).
+TaskLimits = tuple[str | None, int | None, float | timedelta | None]
+
+
+def task_limits(task: Task[Any, Any]) -> TaskLimits:
+    """A task's own rate, concurrency and expires, checked (``InvalidTask`` naming the
+    task); all None for a task of another ``task_class``."""
+    own = (
+        getattr(task, "rate", None),
+        getattr(task, "concurrency", None),
+        getattr(task, "expires", None),
+    )
+    try:
+        checked_limits(*own)
+    except InvalidOption as exc:
+        raise InvalidTask(f"task {task.module_path}: {exc}") from None
+    return own

@@ -175,6 +175,12 @@ class QueueKeys:
     def schedule(self, name: str) -> str:
         return self.schedule_prefix + name
 
+    @cached_property
+    def limit_prefix(self) -> str:
+        """The state of a rate or concurrency limit is ``limit_prefix + limit_name(...)``
+        and a suffix (lua/_limits.lua; engine/limits.py): in the queue's slot."""
+        return f"{self.base}:limit:"
+
     def task_result(self, job_id: str) -> str:
         """hash: the Django Tasks result of job ``job_id`` (fields: ``TaskResultField``),
         written by the job's run on the Celery side and kept RESULT_TTL seconds after its
@@ -236,6 +242,8 @@ class JobField:
     TRACEBACK: Final = "tb"  # the last failure's traceback
     REASON: Final = "why"  # why it died
     HISTORY: Final = "hist"  # JSON list of its attempts
+    LIMITS: Final = "lim"  # its rate and concurrency limits and limit key (lua/_limits.lua)
+    EXPIRES: Final = "exp"  # ms after which it is not started (dead: "expired")
     # not stored: a packed spec that could not be unpacked, shown as it is (packing.py)
     RAW: Final = "raw"
 
@@ -254,6 +262,7 @@ class ScheduleField:
     MISSED: Final = "missed"  # "once" | "all" | "skip"
     SOURCE: Final = "src"  # "code" | "settings"
     SPEC: Final = "spec"  # the packed spec of every occurrence (engine/packing.py)
+    LIMITS: Final = "lim"  # their limits and expiry, as enqueue.lua takes them ("" for none)
     NEXT: Final = "next"  # ms of the occurrence whose job is scheduled
     JOB: Final = "job"  # that occurrence's job id
     LAST: Final = "last"  # ms of the last occurrence that was run
@@ -291,6 +300,12 @@ class WorkerField:
     QUEUES: Final = "queues"  # comma-separated
     DISPATCHED: Final = "dispatched"  # jobs handed to Celery since it started
     BEAT: Final = "beat"  # its last heartbeat, ms by Redis's clock
+
+
+def limit_name(task: str, limit_key: str = "") -> str:
+    """The name of one limit's state under ``QueueKeys.limit_prefix`` (as _limits.lua builds
+    it): the task name's length first, so no task and key pair names another's."""
+    return f"{len(task.encode())}:{task}:{limit_key}"
 
 
 def queue_keys(queue: str) -> QueueKeys:

@@ -147,15 +147,16 @@ _ROW_FIELDS = (
     JobField.ERROR,
     JobField.REASON,
 )
-_LABEL_FIELDS = (JobField.TASK, JobField.KEY)
+_LABEL_FIELDS = (JobField.TASK, JobField.KEY, JobField.REASON)  # (a search looks at them)
 
 
 def jobs_of(
     keys: QueueKeys, members: list[bytes], notes: list[str], *, labels_only: bool = False
 ) -> list[StoredJob]:
-    """The records of many jobs, as a list row shows them (their task and dedupe key only
-    with ``labels_only``), from each one's hash or packed spec, in one round trip (a job key
-    or specs bucket of the wrong type reads as empty, with a note)."""
+    """The records of many jobs, as a list row shows them (only their task, dedupe key and
+    why they died with ``labels_only``: what a search looks at), from each one's hash or
+    packed spec, in one round trip (a job key or specs bucket of the wrong type reads as
+    empty, with a note)."""
     if not members:
         return []
     names = _LABEL_FIELDS if labels_only else _ROW_FIELDS

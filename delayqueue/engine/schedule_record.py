@@ -41,6 +41,7 @@ class ScheduleDeclaration:
     fingerprint: str  # changes when the rule, its timezone or the spec change
     missed: str  # "once" | "all" | "skip"
     source: str  # "code" | "settings"
+    limits: str = ""  # the occurrences' limits, as the enqueue script reads them ("": none)
 
     def fields(self) -> dict[str, str]:
         return {
@@ -52,6 +53,7 @@ class ScheduleDeclaration:
             ScheduleField.FINGERPRINT: self.fingerprint,
             ScheduleField.MISSED: self.missed,
             ScheduleField.SOURCE: self.source,
+            ScheduleField.LIMITS: self.limits,
         }
 
 
@@ -75,6 +77,7 @@ class ScheduleRecord:
     missed: str | None = None  # the policy for missed occurrences
     source: str | None = None
     spec: str | None = None  # the packed spec of every occurrence
+    limits: str | None = None  # its occurrences' limits (run now's too)
     job: str | None = None  # the job id of its next occurrence
     last: str | None = None  # ms of the last occurrence that was run, as stored
     last_job: str | None = None  # its job id
@@ -130,6 +133,7 @@ def schedule_record(queue: str, name: str, next_ms: int | None, stored: Any) -> 
         missed=get(ScheduleField.MISSED),
         source=get(ScheduleField.SOURCE),
         spec=get(ScheduleField.SPEC),
+        limits=get(ScheduleField.LIMITS),
         job=get(ScheduleField.JOB),
         last=get(ScheduleField.LAST),
         last_job=get(ScheduleField.LAST_JOB),

@@ -22,6 +22,7 @@ from delayqueue.validators import check_shards
 
 _lock = threading.Lock()
 _declared: dict[str, int] = {}  # queue -> shards, from @delayed_task(shards=...)
+_limited: set[str] = set()  # queues with a task that has a rate or concurrency
 
 
 def declare(queue: str, shards: int) -> None:
@@ -35,6 +36,19 @@ def declare(queue: str, shards: int) -> None:
             f"queue {queue!r} is declared with {known} shards elsewhere, not {shards}: every "
             "task of a queue must agree (or set DELAYQUEUE['SHARDS'])"
         )
+
+
+def declare_limited(queue: str) -> None:
+    """Record that a task of ``queue`` has a rate or concurrency: its jobs go to the shard
+    their limit's name hashes to (``limit_routing``), so that one limit's jobs and state are
+    in one slot, and a dedupe key is looked for on every shard (docs/limits.md)."""
+    with _lock:
+        _limited.add(queue)
+
+
+def routes_by_limit(queue: str) -> bool:
+    """Whether a job of ``queue`` with a dedupe key may be on another shard than its key's."""
+    return logical(queue) in _limited
 
 
 def shard_count(queue: str) -> int:

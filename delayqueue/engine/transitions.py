@@ -14,7 +14,7 @@ call again on a connection Redis dropped while it sat idle (``execution.run_dire
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from delayqueue.engine.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
@@ -52,6 +52,7 @@ class NewJob(NamedTuple):
     key: str  # dedupe key, or ""
     on_conflict: str  # "keep" | "replace"
     packed: str  # the spec (delayqueue.engine.packing)
+    limits: str = ""  # its limits and expiry (engine/limits.py), "" for none
 
 
 class Enqueued(NamedTuple):  # a tuple: one per job of a batch, built fast
@@ -66,7 +67,7 @@ def enqueue(
 ) -> ScriptCall[list[Enqueued]]:
     argv: list[Any] = [keys.wake, wake_horizon_ms]
     for job in jobs:
-        argv += job  # id, mode, ms, key, on_conflict, packed
+        argv += job  # id, mode, ms, key, on_conflict, packed, limits
     return ScriptCall(
         "enqueue",
         [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix],
@@ -148,16 +149,21 @@ class Claim:
     next_deadline_ms: int | None
     paused: bool
     jobs: list[ClaimedJob]
+    expired: list[str] = field(default_factory=list)  # ids sent to dead as "expired"
+    held: int = 0  # due jobs a rate or concurrency limit kept scheduled
 
 
 def _claim_reply(reply: Any) -> Claim:
-    now, next_due, next_deadline, paused, jobs = reply
+    now, next_due, next_deadline, paused, jobs, *limits = reply
+    expired, held = limits or ([], 0)
     return Claim(
         int(now),
         int(next_due) if int(next_due) >= 0 else None,
         int(next_deadline) if int(next_deadline) >= 0 else None,
         bool(int(paused)),
         [_claimed_job(job) for job in jobs],
+        [_text(job_id) for job_id in expired],
+        int(held),
     )
 
 
@@ -190,6 +196,8 @@ def claim(
             keys.stats(current_minute()),
             keys.dead,
             keys.spec_prefix,
+            keys.limit_prefix,
+            keys.dedupe,
         ],
         [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
         _claim_reply,
@@ -205,17 +213,18 @@ class Begun:
     attempt: int = 0
     max_attempts: str = ""  # "" when the job stores none
     now_us: int | None = None  # Redis's clock as the script ran, in microseconds
+    expired: bool = False  # not run: it expired before it started (bury it as "expired")
 
 
 def begin(keys: QueueKeys, job_id: str, token: str, *, visibility_ms: int) -> ScriptCall[Begun]:
     def parse(reply: Any) -> Begun:
-        if not int(reply[0]):
-            return Begun(False)
+        if int(reply[0]) != 1:
+            return Begun(False, expired=int(reply[0]) == 2)
         return Begun(True, int(reply[1]), _text(reply[2]), int(reply[3]))
 
     return ScriptCall(
         "begin",
-        [keys.job(job_id), keys.inflight],
+        [keys.job(job_id), keys.inflight, keys.limit_prefix],
         [job_id, token, visibility_ms],
         parse,
         resend_safe=True,  # a second begin restarts the same deadline
@@ -233,8 +242,9 @@ def ack(keys: QueueKeys, job_id: str, token: str) -> ScriptCall[bool]:
             keys.stats(current_minute()),
             keys.dead,
             keys.spec_prefix,
+            keys.limit_prefix,
         ],
-        [job_id, token, STATS_TTL_SECONDS],
+        [job_id, token, STATS_TTL_SECONDS, keys.wake],
         lambda reply: int(reply) == 1,
         resend_safe=True,  # a second ack finds the job gone
     )
@@ -265,6 +275,7 @@ def fail(
             keys.stats(current_minute()),
             keys.job_prefix,
             keys.spec_prefix,
+            keys.limit_prefix,
         ],
         [
             job_id,
@@ -293,8 +304,8 @@ class Reaped:
 def reap(keys: QueueKeys, *, limit: int, max_attempts: int) -> ScriptCall[Reaped]:
     return ScriptCall(
         "reap",
-        [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe],
-        [limit, max_attempts],
+        [keys.inflight, keys.scheduled, keys.dead, keys.job_prefix, keys.dedupe, keys.limit_prefix],
+        [limit, max_attempts, keys.wake],
         lambda reply: Reaped(int(reply[0]), int(reply[1])),
     )
 
@@ -313,7 +324,7 @@ def release(
     ``unless_begun``: only while that dispatch has not begun)."""
     return ScriptCall(
         "release",
-        [keys.job(job_id), keys.inflight, keys.scheduled],
+        [keys.job(job_id), keys.inflight, keys.scheduled, keys.limit_prefix],
         [job_id, token, delay_ms, int(give_back), reason, keys.wake, int(unless_begun)],
         lambda reply: int(reply) == 1,
     )
@@ -336,8 +347,9 @@ def bury(keys: QueueKeys, job_id: Id, reason: str) -> ScriptCall[bool]:
             keys.dedupe,
             keys.stats(current_minute()),
             keys.spec_prefix,
+            keys.limit_prefix,
         ],
-        [job_id, reason, STATS_TTL_SECONDS],
+        [job_id, reason, STATS_TTL_SECONDS, keys.wake],
         lambda reply: int(reply) == 1,
     )
 

@@ -254,6 +254,8 @@ for _signal, _receiver in _RECEIVERS.items():
     )
 
 
+from delayqueue.observability import limit_metrics  # noqa: E402, F401  (its counters)
+
 # ---- gauges read from Redis at scrape time -------------------------------------------------
 
 

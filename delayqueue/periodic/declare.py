@@ -11,12 +11,14 @@ from datetime import timedelta
 from typing import Any
 
 from delayqueue.conf import get_settings
+from delayqueue.engine.limits import limits_arg
 from delayqueue.engine.packing import without_trace
 from delayqueue.errors import DelayQueueError, InvalidOption
 from delayqueue.periodic import registry
 from delayqueue.periodic.rules import parse_rule
 from delayqueue.producer.decorator import DelayedTask, delayed_task
 from delayqueue.producer.job_spec import spec
+from delayqueue.producer.task_options import checked_limits
 from delayqueue.validators import shown
 
 
@@ -36,7 +38,7 @@ def _declared(
     timezone: str | None,
     missed: object,
     source: registry.Source,
-    build: Callable[[], tuple[str, str]],
+    build: Callable[[], tuple[str, str, str]],
     monitor: object = False,
 ) -> registry.Declared:
     registry.check_name(name)
@@ -59,10 +61,18 @@ def _builder(
     args: Sequence[Any],
     kwargs: Mapping[str, Any] | None,
     queue: str | None,
-) -> Callable[[], tuple[str, str]]:
-    def build() -> tuple[str, str]:
+    limits: tuple[str | None, int | None, float | None] = (None, None, None),
+) -> Callable[[], tuple[str, str, str]]:
+    """The occurrences' (queue, packed spec, limits): the task's limits, or ``limits`` (rate,
+    concurrency, expires) where a settings entry gives any."""
+    own = checked_limits(*limits) if any(v is not None for v in limits) else None
+
+    def build() -> tuple[str, str, str]:
         made = spec(task, args, kwargs, delay=0, queue=queue)
-        return made.job.queue, without_trace(made.packed)  # (every occurrence shares it)
+        packed = without_trace(made.packed)  # (every occurrence shares it)
+        if own is None:
+            return made.job.queue, packed, made.limits
+        return made.job.queue, packed, limits_arg(own[0], "", own[1])
 
     return build
 
@@ -119,7 +129,10 @@ def periodic_task(
     return wrap(fn) if fn is not None else wrap
 
 
-SETTING_KEYS = {"task", "cron", "every", "timezone", "args", "kwargs", "queue", "missed", "monitor"}
+SETTING_KEYS = {
+    "task", "cron", "every", "timezone", "args", "kwargs", "queue", "missed", "monitor",
+    "rate", "concurrency", "expires",
+}  # fmt: skip
 
 
 def from_settings() -> list[registry.Declared]:
@@ -156,7 +169,11 @@ def from_settings() -> list[registry.Declared]:
                     missed=entry.get("missed", "once"),
                     source="settings",
                     build=_builder(
-                        task, entry.get("args", ()), entry.get("kwargs"), entry.get("queue")
+                        task,
+                        entry.get("args", ()),
+                        entry.get("kwargs"),
+                        entry.get("queue"),
+                        (entry.get("rate"), entry.get("concurrency"), entry.get("expires")),
                     ),
                     monitor=entry.get("monitor", False),
                 )

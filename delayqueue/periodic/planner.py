@@ -89,7 +89,7 @@ def reconcile() -> Reconciled:
     the others are planned."""
     result = Reconciled()
     now = redis_now()
-    planned: list[tuple[registry.Declared, str, str, Rule]] = []
+    planned: list[tuple[registry.Declared, str, str, str, Rule]] = []
     names: set[str] = set()
     for item in registry.declared():
         if item.name in names:
@@ -97,21 +97,22 @@ def reconcile() -> Reconciled:
             continue
         names.add(item.name)
         try:
-            queue, spec = item.build()
+            queue, spec, limits = item.build()
             every = str(item.every_ms) if item.every_ms else None
-            planned.append((item, queue, spec, _rule(item.cron, every, item.timezone)))
+            rule = _rule(item.cron, every, item.timezone)
+            planned.append((item, queue, spec, limits, rule))
         except RedisUnavailable:
             raise
         except RECORD_ERRORS as exc:
             _not_planned(result, item.name, exc)
-    known = sorted(set(queue_names().names) | {queue for _, queue, _, _ in planned})
+    known = sorted(set(queue_names().names) | {queue for _, queue, _, _, _ in planned})
     stored: dict[str, list[ScheduleRecord]] = {}
     for queue in known:
         for found in _stored_on(queue):
             stored.setdefault(found.name, []).append(found)
-    for item, queue, spec, rule in planned:
+    for item, queue, spec, limits, rule in planned:
         try:
-            _upsert(item, queue, spec, rule, now, stored.pop(item.name, []), result)
+            _upsert(item, queue, (spec, limits), rule, now, stored.pop(item.name, []), result)
         except RedisUnavailable:
             raise
         except RECORD_ERRORS as exc:
@@ -146,13 +147,14 @@ def _stored_on(queue: str) -> list[ScheduleRecord]:
 def _upsert(
     item: registry.Declared,
     queue: str,
-    spec: str,
+    made: tuple[str, str],  # the occurrences' packed spec, and their limits (or "")
     rule: Rule,
     now: int,
     found: list[ScheduleRecord],
     result: Reconciled,
 ) -> None:
-    print_ = fingerprint(item, rule, spec)
+    spec, limits = made
+    print_ = fingerprint(item, rule, f"{spec}\n{limits}" if limits else spec)
     for stored in found:
         if stored.queue != queue:  # moved to another queue: the old one goes
             run(schedules.unplan(queue_keys(stored.queue), item.name, "remove"))
@@ -175,6 +177,7 @@ def _upsert(
         fingerprint=print_,
         missed=item.missed,
         source=item.source,
+        limits=limits,
     )
     run(plan_call(queue, item.name, next_ms, spec, declared))
     if current is not None and current.paused:  # a changed paused schedule stays paused

@@ -27,9 +27,9 @@ class Declared:
     timezone: str
     missed: Missed
     source: Source
-    # (queue, packed spec) of the occurrences; raises a DelayQueueError when the task, its
-    # arguments or its queue cannot be scheduled
-    build: Callable[[], tuple[str, str]]
+    # (queue, packed spec, limits) of the occurrences; raises a DelayQueueError when the
+    # task, its arguments or its queue cannot be scheduled
+    build: Callable[[], tuple[str, str, str]]
     monitor: bool = False  # report occurrences to a Sentry cron monitor (integrations/)
 
 

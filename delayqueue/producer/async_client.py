@@ -63,6 +63,8 @@ async def aenqueue(
     on_commit: bool = True,
     using: str | None = None,
     durable: bool | None = None,
+    limit_key: str | None = None,
+    expires: float | timedelta | None = None,
 ) -> Job:
     """``delayqueue.enqueue`` on the running event loop (see the module for ``on_commit``)."""
     s = spec(
@@ -77,6 +79,8 @@ async def aenqueue(
         max_attempts=max_attempts,
         visibility_timeout=visibility_timeout,
         durable=durable,
+        limit_key=limit_key,
+        expires=expires,
     )
     await _asubmit([s], on_commit, using)
     return s.job

@@ -44,6 +44,8 @@ def enqueue(
     on_commit: bool = True,
     using: str | None = None,
     durable: bool | None = None,
+    limit_key: str | None = None,
+    expires: float | timedelta | None = None,
 ) -> Job:
     """Schedule any Celery task (object or registered name) to run after ``delay`` or at ``eta``.
 
@@ -67,6 +69,8 @@ def enqueue(
         max_attempts=max_attempts,
         visibility_timeout=visibility_timeout,
         durable=durable,
+        limit_key=limit_key,
+        expires=expires,
     )
     submit([s], on_commit, using)
     return s.job

@@ -14,24 +14,16 @@ from celery.local import Proxy
 # still runs every form the delay worker sends.
 from delayqueue import tasks  # noqa: F401
 from delayqueue.conf import get_settings
-from delayqueue.engine.keys import check_queue_name
-from delayqueue.engine.shards import declare
-from delayqueue.errors import InvalidOption
+from delayqueue.engine.limits import Limits
+from delayqueue.engine.shards import declare, declare_limited
 from delayqueue.producer import async_client, client
 from delayqueue.producer.due import delay_seconds
+from delayqueue.producer.task_options import limit_options, task_options
 from delayqueue.producer.task_proxy import per_app
 from delayqueue.runner.attempt import Backoff
 from delayqueue.runner.job import run_job
-from delayqueue.validators import (
-    check_backoff,
-    check_flag,
-    check_max_attempts,
-    check_shards,
-    check_visibility_timeout,
-)
+from delayqueue.validators import check_flag
 from delayqueue.wire import dispatch_headers
-
-MAX_BATCH = 1_000  # jobs in one batch message
 
 if TYPE_CHECKING:
     _TaskBase = Task[Any, Any]
@@ -56,6 +48,8 @@ class DelayedTask(_TaskBase):
     dq_batch: int | None = None  # jobs per Celery message; None: batches only under a backlog
     dq_durable: bool | None = None  # its jobs' writes wait for replicas; None: DURABLE decides
     dq_shards: int | None = None  # its queue's shards (engine/shards.py)
+    dq_limits: Limits | None = None  # its rate and concurrency (engine/limits.py)
+    dq_expires_ms: int | None = None  # its jobs are not started this long after due
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dispatch = dispatch_headers(self.request)
@@ -79,6 +73,8 @@ class DelayedTask(_TaskBase):
         on_conflict: client.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
+        limit_key: str | None = None,
+        expires: float | timedelta | None = None,
         **kwargs: Any,
     ) -> client.Job:
         """Run ``self(*args, **kwargs)`` once the given delay has passed."""
@@ -92,6 +88,8 @@ class DelayedTask(_TaskBase):
             on_conflict=on_conflict,
             on_commit=on_commit,
             durable=durable,
+            limit_key=limit_key,
+            expires=expires,
         )
 
     def delay_until(
@@ -102,6 +100,8 @@ class DelayedTask(_TaskBase):
         on_conflict: client.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
+        limit_key: str | None = None,
+        expires: float | timedelta | None = None,
         **kwargs: Any,
     ) -> client.Job:
         """Run ``self(*args, **kwargs)`` at ``eta`` (an aware datetime)."""
@@ -114,6 +114,8 @@ class DelayedTask(_TaskBase):
             on_conflict=on_conflict,
             on_commit=on_commit,
             durable=durable,
+            limit_key=limit_key,
+            expires=expires,
         )
 
     def delay_many(
@@ -199,6 +201,8 @@ class DelayedTask(_TaskBase):
         on_conflict: client.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
+        limit_key: str | None = None,
+        expires: float | timedelta | None = None,
         **kwargs: Any,
     ) -> client.Job:
         """``delay_for``, awaited on the running event loop."""
@@ -212,6 +216,8 @@ class DelayedTask(_TaskBase):
             on_conflict=on_conflict,
             on_commit=on_commit,
             durable=durable,
+            limit_key=limit_key,
+            expires=expires,
         )
 
     async def adelay_until(
@@ -222,6 +228,8 @@ class DelayedTask(_TaskBase):
         on_conflict: client.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
+        limit_key: str | None = None,
+        expires: float | timedelta | None = None,
         **kwargs: Any,
     ) -> client.Job:
         """``delay_until``, awaited on the running event loop."""
@@ -234,6 +242,8 @@ class DelayedTask(_TaskBase):
             on_conflict=on_conflict,
             on_commit=on_commit,
             durable=durable,
+            limit_key=limit_key,
+            expires=expires,
         )
 
     async def adelay_many(
@@ -298,6 +308,9 @@ def delayed_task(
     batch: int | None = None,
     durable: bool | None = None,
     shards: int | None = None,
+    rate: str | None = None,
+    concurrency: int | None = None,
+    expires: float | timedelta | None = None,
     **celery_options: Any,
 ) -> Callable[[Callable[..., Any]], DelayedTask]: ...
 def delayed_task(
@@ -311,6 +324,9 @@ def delayed_task(
     batch: int | None = None,
     durable: bool | None = None,
     shards: int | None = None,
+    rate: str | None = None,
+    concurrency: int | None = None,
+    expires: float | timedelta | None = None,
     **celery_options: Any,
 ) -> DelayedTask | Callable[[Callable[..., Any]], DelayedTask]:
     """Make a plain function a Celery task that can also be run later:
@@ -329,23 +345,14 @@ def delayed_task(
     write (Redis WAIT), else NotDurable (default DELAYQUEUE["DURABLE"]).
     shards: spread the task's queue over this many queues (on a cluster, over its masters);
     every task of the queue must say the same (or DELAYQUEUE["SHARDS"] says it once).
+    rate ("N/s", "N/m", "N/h"), concurrency (jobs running at once), expires (seconds or a
+    timedelta after the due time): limits that hold across the deployment, per task or per
+    call's ``limit_key`` (docs/limits.md).
     Other keywords go to Celery's ``shared_task``.
     """
-    if queue is not None:
-        check_queue_name(queue)
-    if max_attempts is not None:
-        check_max_attempts(max_attempts)
-    if visibility_timeout is not None:
-        check_visibility_timeout(visibility_timeout)
-    check_backoff(backoff)
-    if durable is not None:
-        check_flag(durable, "durable")
-    if shards is not None:
-        check_shards(shards)
-    if batch is not None and (
-        isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH
-    ):
-        raise InvalidOption(f"batch must be an integer from 1 to {MAX_BATCH}, not {batch!r}")
+    options = task_options(
+        queue, max_attempts, backoff, visibility_timeout, batch, durable, shards
+    ) | limit_options(rate, concurrency, expires)
 
     def wrap(function: Callable[..., Any]) -> DelayedTask:
         if isinstance(function, Proxy | Task):  # (Celery's check looks for its exact Proxy)
@@ -355,17 +362,9 @@ def delayed_task(
             )
         if shards is not None:  # refused before the task exists: no half-made task
             declare(queue or str(get_settings().default_queue), shards)
-        task = shared_task(
-            base=DelayedTask,
-            dq_queue=queue,
-            dq_max_attempts=max_attempts,
-            dq_backoff=staticmethod(backoff) if callable(backoff) else backoff,
-            dq_visibility_timeout=visibility_timeout,
-            dq_batch=batch,
-            dq_durable=durable,
-            dq_shards=shards,
-            **celery_options,
-        )(function)
+        if options["dq_limits"]:
+            declare_limited(queue or str(get_settings().default_queue))
+        task = shared_task(base=DelayedTask, **options, **celery_options)(function)
         return cast(DelayedTask, per_app(task))
 
     return wrap(fn) if fn is not None else wrap

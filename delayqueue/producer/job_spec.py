@@ -13,13 +13,15 @@ from celery import Task
 
 from delayqueue.celery_app import resolve_task
 from delayqueue.conf import Settings, get_settings
-from delayqueue.engine.keys import check_queue_name, new_job_id
+from delayqueue.engine.keys import check_queue_name, limit_name, new_job_id
+from delayqueue.engine.limits import Limits, limits_arg
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
 from delayqueue.errors import NotSerializable, UnknownTask
 from delayqueue.integrations.otel import scheduling_context
 from delayqueue.producer import moves
 from delayqueue.producer.due import Mode, to_due
+from delayqueue.producer.job_limits import job_limits
 from delayqueue.validators import (
     check_flag,
     check_key,
@@ -68,6 +70,7 @@ class JobSpec:
     on_conflict: OnConflict
     packed: str  # the spec as enqueue.lua stores it (delayqueue.engine.packing)
     durable: bool | None = None  # wait for replicas (None: the task's, else DURABLE)
+    limits: str = ""  # its limits and expiry as enqueue.lua takes them (engine/limits.py)
 
 
 def spec(
@@ -83,9 +86,13 @@ def spec(
     max_attempts: int | None = None,
     visibility_timeout: float | None = None,
     durable: bool | None = None,
+    limit_key: str | None = None,
+    expires: float | timedelta | None = None,
 ) -> JobSpec:
     """Check everything about a job without writing it. ``durable``: the write waits for
-    replicas (see ``enqueue``)."""
+    replicas (see ``enqueue``). ``limit_key``: the task's rate and concurrency apply to the
+    jobs of each key apart; ``expires``: seconds (or a timedelta) after its due time that the
+    job may still start, instead of the task's (docs/limits.md)."""
     config = get_settings()
     target = _target(task, queue, max_attempts, visibility_timeout, config)
     mode, ms = to_due(delay, eta)
@@ -96,14 +103,17 @@ def spec(
     job_id = new_job_id()
     trace = scheduling_context(target.queue, job_id, target.name)  # (docs/tracing.md)
     packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "", trace)
-    # a sharded queue's job lives in the shard its key (else its id) hashes to
-    queue = shard_for(target.queue, key or job_id) if target.sharded else target.queue
+    # a sharded queue's job lives in the shard its limit's name, else its key, else its id
+    # hashes to
+    routing = limit_name(target.name, limit_key or "") if target.limits else key or job_id
+    queue = shard_for(target.queue, routing) if target.sharded else target.queue
     job = Job(id=job_id, queue=queue, task=target.name, key=key)
     if durable is None:
         durable = target.durable
     else:
         check_flag(durable, "durable")
-    return JobSpec(job, mode, ms, on_conflict, packed, durable)
+    limits = job_limits(target.name, target.limits, target.expires_ms, limit_key, expires)
+    return JobSpec(job, mode, ms, on_conflict, packed, durable, limits)
 
 
 def spec_encoded(
@@ -115,6 +125,7 @@ def spec_encoded(
     queue: str | None = None,
     max_attempts: int | None = None,
     visibility_timeout: float | None = None,
+    limits: tuple[Limits | None, int | None, str] = (None, None, ""),
 ) -> JobSpec:
     """``spec()`` for a caller that encoded the arguments itself (each part as
     ``wire.encode_args`` writes it: checked, no newline) and has its due time as
@@ -126,9 +137,15 @@ def spec_encoded(
     job_id = new_job_id()
     trace = scheduling_context(target.queue, job_id, target.name)  # (docs/tracing.md)
     packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, trace=trace)
-    queue = shard_for(target.queue, job_id) if target.sharded else target.queue
+    # ``limits``: the caller's own (rate and concurrency, expiry ms, limit key), else the task's
+    own, expires_ms, limit_key = limits
+    if not own and expires_ms is None:
+        own, expires_ms = target.limits, target.expires_ms
+    routing = limit_name(target.name, limit_key) if own else job_id
+    queue = shard_for(target.queue, routing) if target.sharded else target.queue
     job = Job(id=job_id, queue=queue, task=target.name)
-    return JobSpec(job, due[0], due[1], "keep", packed, target.durable)
+    encoded = limits_arg(own, limit_key, expires_ms)
+    return JobSpec(job, due[0], due[1], "keep", packed, target.durable, encoded)
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,8 @@ class _Target:
     vt: str  # visibility timeout ms, or "" for the worker's default
     durable: bool | None  # the task's durable=, if it says
     sharded: bool  # the queue has shards (engine/shards.py)
+    limits: Limits | None = None  # the task's rate and concurrency (engine/limits.py)
+    expires_ms: int | None = None  # the task's expiry
 
 
 _targets: dict[tuple[Any, ...], _Target] = {}
@@ -194,7 +213,13 @@ def _check_target(
     vt = "" if timeout is None else str(round(check_visibility_timeout(timeout) * 1000))
     durable = getattr(task_obj, "dq_durable", None)
     sharded = shard_count(queue) > 1
-    return _Target(task, config, name, queue, str(attempts), vt, durable, sharded)
+    limits, expires_ms = (
+        getattr(task_obj, "dq_limits", None),
+        getattr(task_obj, "dq_expires_ms", None),
+    )
+    return _Target(
+        task, config, name, queue, str(attempts), vt, durable, sharded, limits, expires_ms
+    )
 
 
 def _first_given(*values: Any) -> Any:
@@ -223,13 +248,16 @@ def spec_many(
     specs = [first]
     queue = logical(first.job.queue)
     sharded = shard_count(queue) > 1
+    limited = bool(first.limits.partition("\n")[2])  # (its jobs share their limit's shard)
     for index, args in enumerate(rest, 1):
         _positional(args, index)
         packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
         job_id = new_job_id()
-        shard = shard_for(queue, job_id) if sharded else first.job.queue
+        shard = shard_for(queue, job_id) if sharded and not limited else first.job.queue
         job = Job(id=job_id, queue=shard, task=first.job.task)
-        specs.append(JobSpec(job, first.mode, first.ms, "keep", packed, first.durable))
+        specs.append(
+            JobSpec(job, first.mode, first.ms, "keep", packed, first.durable, first.limits)
+        )
     return specs
 
 

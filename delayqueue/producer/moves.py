@@ -14,7 +14,7 @@ from typing import TypeVar
 from delayqueue.engine.async_execution import arun, arun_all
 from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import check_job_id, check_queue_name, queue_keys
-from delayqueue.engine.shards import shard_count, shard_for, shard_names
+from delayqueue.engine.shards import routes_by_limit, shard_count, shard_for, shard_names
 from delayqueue.engine.transitions import Cancelled, Rescheduled, ScriptCall
 from delayqueue.errors import InvalidJobId
 from delayqueue.observability import reported
@@ -96,7 +96,7 @@ def shards_to_ask(queue: str, key: str) -> list[str]:
     shard; a queue without shards, or a shard named itself, is the one place."""
     if shard_count(queue) == 1:
         return [queue]
-    return [shard_for(queue, key)] if key else shard_names(queue)
+    return [shard_for(queue, key)] if key and not routes_by_limit(queue) else shard_names(queue)
 
 
 def flag(durable: bool | None) -> bool | None:

@@ -94,7 +94,9 @@ def scheduled(job: Job, reply: transitions.Enqueued, level: int = events.INFO) -
 
 def enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitions.Enqueued]]:
     new = [
-        transitions.NewJob(s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed)
+        transitions.NewJob(
+            s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed, s.limits
+        )
         for s in chunk
     ]
     return transitions.enqueue(queue_keys(chunk[0].job.queue), new, wake_horizon_ms=WAKE_HORIZON_MS)

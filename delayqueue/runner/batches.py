@@ -33,6 +33,7 @@ from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
 from delayqueue.runner.attempt import Attempt, Backoff, run_attempt
+from delayqueue.runner.expired import bury_expired
 from delayqueue.wire import BatchEntry, valid_dispatch
 
 logger = logging.getLogger(__name__)
@@ -140,6 +141,8 @@ def _begin(keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int
             logger.error(
                 "job %s on %s not run: its start was not recorded (%s)", job.id, queue, began
             )
+        elif began.expired:
+            bury_expired(keys, queue, job.id)
         elif not began.run:
             logger.warning(
                 "job %s on %s: stale dispatch (token %s), not run", job.id, queue, job.token

@@ -18,6 +18,7 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
 from delayqueue.runner.attempt import Attempt, Backoff, SettleNow, run_attempt
+from delayqueue.runner.expired import bury_expired
 from delayqueue.validators import VISIBILITY_TIMEOUT_MAX
 from delayqueue.wire import (
     HEADER_CLAIMED,
@@ -82,6 +83,9 @@ def run_job(
         logger.error(
             "job %s on %s not run: its start could not be recorded (%s)", job_id, queue, exc
         )
+        return None
+    if started.expired:
+        bury_expired(keys, queue, job_id, _task_name(call))
         return None
     if not started.run:
         logger.warning("job %s on %s: stale dispatch (token %s), not run", job_id, queue, token)

@@ -124,6 +124,7 @@ class JobPage:
     elsewhere_id: str = ""
     elsewhere_link: str | None = None  # elsewhere_id when it is a job id
     tasks_seen: list[str] = field(default_factory=list)
+    reason: str = ""  # only dead jobs that died for this reason ("expired")
     now_ms: int = 0
     notes: list[str] = field(default_factory=list)  # keys of the wrong type, shown as empty
 
@@ -208,6 +209,7 @@ def job_page(
     order: Order = "asc",
     search: str = "",
     task: str = "",
+    reason: str = "",
 ) -> JobPage:
     """One page of a queue's jobs in one state, newest or oldest first, optionally searched
     (exact job id, exact dedupe key, else a bounded scan over task name and key) and filtered
@@ -217,13 +219,15 @@ def job_page(
     form ignores case and surrounding spaces."""
     task = task.strip()
     now = redis_now()
-    result = JobPage(queue, state, order, page, [], 0, 0, 1, search, task, now_ms=now)
+    result = JobPage(
+        queue, state, order, page, [], 0, 0, 1, search, task, now_ms=now, reason=reason
+    )
     result.total = result.matched = queues.count(queue, state, result.notes)
     if search and not task:
         if _find_exact(result):
             _check_page(page, result.pages)
             return result
-    if search or task:
+    if search or task or reason:
         _scan(result)
         return result
     result.pages = _pages(result.total)
@@ -276,6 +280,8 @@ def _scan(result: JobPage) -> None:
             if task:
                 seen_tasks.add(task[:ID_CHARS])
             if result.task and task != result.task:
+                continue
+            if result.reason and job.reason != result.reason:
                 continue
             if needle and not (needle in task.lower() or needle in key.lower()):
                 continue

@@ -182,7 +182,8 @@ def run_now(name: str) -> str | None:
     spec = stored.spec if stored is not None else None
     if stored is None or not spec:
         return None
-    job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec)
+    limits = stored.limits or ""  # (its limits hold for it too)
+    job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec, limits)
     keys = queue_keys(stored.queue)
     call = transitions.enqueue(keys, [job], wake_horizon_ms=WAKE_HORIZON_MS)
     [done] = _on_record(call, name, "run now")

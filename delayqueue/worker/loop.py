@@ -31,7 +31,7 @@ from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.engine.wake import WakeChannels, WakeLost
 from delayqueue.errors import DelayQueueError, RedisUnavailable
-from delayqueue.observability import reported
+from delayqueue.observability import limit_events, reported
 from delayqueue.periodic import planner
 from delayqueue.validators import (
     check_batch_size,
@@ -49,11 +49,9 @@ from delayqueue.worker.stop_signals import install_stop_handlers
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
-# A queue whose next in-flight deadline is known to lie ahead is reaped at least this often
-# anyway (a belt to the braces: the claim script reports the deadline on every pass).
+# Each queue is reaped at least this often, whatever deadlines its claims report (braces).
 REAP_AT_LEAST_EVERY = 1.0
-# The health file (--health-file) is touched after a pass at most this often.
-HEALTH_EVERY = 1.0
+HEALTH_EVERY = 1.0  # the health file (--health-file) is touched after a pass at most this often
 
 
 @dataclass
@@ -258,7 +256,9 @@ class DelayWorker:
         """Learn from one queue's claim reply: Redis's clock, whether the batch was full, when
         the queue next needs the worker (due time, in-flight deadline). Returns those points."""
         self.clock.observe(claim.now_ms, replied)
-        result.full = result.full or len(claim.jobs) >= self.claim_limit
+        seen = len(claim.jobs) + claim.held + len(claim.expired)  # (held, expired: seen too)
+        result.full = result.full or seen >= self.claim_limit
+        limit_events.claimed(queue, claim.expired, claim.held)
         # The next job is claimed ahead_ms before it is due.
         next_claim = None if claim.next_due_ms is None else claim.next_due_ms - self.ahead_ms
         points = [
@@ -329,11 +329,9 @@ class DelayWorker:
 
     def _sleep(self, seconds: float) -> None:
         """Wait up to ``seconds`` on the wake channels; returns early on a wake message or a
-        stop request (checked every 250 ms).
-
-        A socket wait rounds its timeout up to a whole ms (poll(2)): the channel is waited on
-        for the whole ms that fit, and the last fraction of a ms is slept, deaf to the
-        channel (a job that becomes due meanwhile is claimed at the end of it)."""
+        stop request (checked every 250 ms). A socket wait rounds its timeout up to a whole
+        ms (poll(2)): the whole ms that fit are waited on the channel, the last fraction slept
+        (a job that becomes due meanwhile is claimed at the end of it)."""
         deadline = time.monotonic() + max(0.0, seconds)
         while not self.stopping:
             remaining = deadline - time.monotonic()

@@ -367,7 +367,7 @@ def test_the_views_that_change_state_are_post_only_and_check_permission_first(
     asked anything."""
     entry = admin.site.get_model_admin(DelayedJob)
     names = {pattern.name for pattern in entry.get_urls()}
-    pages = ("changelist", "act", "job", "list", "schedules", "schedule_act")
+    pages = ("changelist", "act", "job", "list", "schedules", "schedule_act", "limits")
     assert names == {f"delayqueue_delayedjob_{n}" for n in pages}
     staff = user_client(django_user_model, "staff")
     for act, action in ((url("act", Q), "pause"), (url("schedule_act"), "run_now")):

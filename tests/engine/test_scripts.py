@@ -38,7 +38,7 @@ def enqueue(
     )
     return get_scripts().enqueue(
         [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix],
-        [WAKE, WAKE_HORIZON_MS, job_id, "delay", delay_ms, key, conflict, spec],
+        [WAKE, WAKE_HORIZON_MS, job_id, "delay", delay_ms, key, conflict, spec, ""],
     )[0]
 
 

@@ -54,7 +54,7 @@ def enqueue(c: Raw, job_id: str, delay_ms: int = 0, key: str = "",
     spec = pack(TASK, '["x"]', "", max_attempts, vt, key)
     keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix]
     return run("enqueue", keys, ["w", WAKE_HORIZON_MS, job_id, "delay", delay_ms, key,
-                                 conflict, spec], c)[0]  # fmt: skip
+                                 conflict, spec, ""], c)[0]  # fmt: skip
 
 
 CLAIM_KEYS = [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.spec_prefix]
@@ -224,8 +224,8 @@ def test_a_job_dispatched_ten_times_that_never_started_goes_to_dead(raw: Raw) ->
 def test_enqueue_with_a_bad_ms_writes_nothing(raw: Raw, ms: str) -> None:
     good = pack(TASK, "[]", "", "", "", "")
     keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix]
-    args = ["w", WAKE_HORIZON_MS, "A", "delay", 0, "k", "keep", good,
-            "B", "delay", ms, "", "keep", good]  # fmt: skip
+    args = ["w", WAKE_HORIZON_MS, "A", "delay", 0, "k", "keep", good, "",
+            "B", "delay", ms, "", "keep", good, ""]  # fmt: skip
     with pytest.raises(redis.ResponseError):
         run("enqueue", keys, args, raw)
     assert keys_of_the_test(raw) == []
@@ -234,13 +234,15 @@ def test_enqueue_with_a_bad_ms_writes_nothing(raw: Raw, ms: str) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["w", WAKE_HORIZON_MS, "A", "soon", 0, "", "keep", pack(TASK, "[]")],
-        ["w", WAKE_HORIZON_MS, "A", "delay", 0, "", "merge", pack(TASK, "[]")],
-        ["w", WAKE_HORIZON_MS, "A", "delay", 0, "", "keep", "not a spec"],
-        ["w", WAKE_HORIZON_MS, "", "delay", 0, "", "keep", pack(TASK, "[]")],
-        ["w", WAKE_HORIZON_MS, "A", "at", -1e15, "", "keep", pack(TASK, "[]")],
-        ["w", "nan", "A", "delay", 0, "", "keep", pack(TASK, "[]")],
-        ["w", WAKE_HORIZON_MS, "A", "delay", 0, "", "keep"],
+        ["w", WAKE_HORIZON_MS, "A", "soon", 0, "", "keep", pack(TASK, "[]"), ""],
+        ["w", WAKE_HORIZON_MS, "A", "delay", 0, "", "merge", pack(TASK, "[]"), ""],
+        ["w", WAKE_HORIZON_MS, "A", "delay", 0, "", "keep", "not a spec", ""],
+        ["w", WAKE_HORIZON_MS, "", "delay", 0, "", "keep", pack(TASK, "[]"), ""],
+        ["w", WAKE_HORIZON_MS, "A", "at", -1e15, "", "keep", pack(TASK, "[]"), ""],
+        ["w", "nan", "A", "delay", 0, "", "keep", pack(TASK, "[]"), ""],
+        ["w", WAKE_HORIZON_MS, "A", "delay", 0, "", "keep", pack(TASK, "[]")],
+        ["w", WAKE_HORIZON_MS, "A", "delay", 0, "", "keep", pack(TASK, "[]"), "x\n1\n1\n0\n"],
+        ["w", WAKE_HORIZON_MS, "A", "delay", 0, "", "keep", pack(TASK, "[]"), "\n0\n1000\n0\n"],
     ],
 )
 def test_enqueue_with_bad_arguments_writes_nothing(raw: Raw, args: list[Any]) -> None:
@@ -264,7 +266,7 @@ def enqueue_both(c: Raw, *job_ids: str) -> Any:
     """One call that enqueues each of ``job_ids`` (keyless, due now)."""
     args: list[Any] = ["w", WAKE_HORIZON_MS]
     for job_id in job_ids:
-        args += [job_id, "delay", 0, "", "keep", pack(TASK, "[]")]
+        args += [job_id, "delay", 0, "", "keep", pack(TASK, "[]"), ""]
     return run("enqueue", [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix],
                args, c)  # fmt: skip
 
@@ -372,7 +374,7 @@ def test_a_claim_batch_larger_than_lua_can_unpack(raw: Raw) -> None:
         keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix]
         args: list[Any] = ["w", WAKE_HORIZON_MS]
         for i in range(start, start + 500):
-            args += [f"J{i:05}", "delay", 0, "", "keep", pack(TASK, "[]")]
+            args += [f"J{i:05}", "delay", 0, "", "keep", pack(TASK, "[]"), ""]
         run("enqueue", keys, args, raw)
     assert len(run("claim", CLAIM_KEYS, [9000, 60_000, STATS_TTL_SECONDS, 0], raw)[4]) == 9000
     assert raw.zcard(Q.inflight) == 9000 and raw.zcard(Q.scheduled) == 0
@@ -654,8 +656,8 @@ def test_a_specs_bucket_of_the_wrong_type_is_the_problem_of_its_jobs_only(raw: R
     before = snapshot(raw)
     with pytest.raises(redis.ResponseError, match=r"WRONGTYPE .*:specs:XY is a string"):
         run("enqueue", [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix],
-            ["w", WAKE_HORIZON_MS, "N1", "delay", 0, "", "keep", pack(TASK, "[]"),
-             "CXY", "delay", 0, "", "keep", pack(TASK, "[]")], raw)  # fmt: skip
+            ["w", WAKE_HORIZON_MS, "N1", "delay", 0, "", "keep", pack(TASK, "[]"), "",
+             "CXY", "delay", 0, "", "keep", pack(TASK, "[]"), ""], raw)  # fmt: skip
     assert snapshot(raw) == before
     assert cancel(raw, "", "k2") == [1, b"BXY"] and raw.hget(Q.dedupe, "k2") is None
     claimed = [j[0] for j in claim(raw)[4]]

@@ -144,6 +144,7 @@ def assumed() -> dict[str, Any]:
         "task": jobs.record,  # "any delayed task" in delayqueue.spec(task, ...)
         "job_id": new_job_id(),
         "order": order,
+        "provider": "stripe",  # a payment provider, a limit_key's part
         "request": types.SimpleNamespace(user="customer"),
         "Order": types.SimpleNamespace(objects=FakeOrders()),
         "redirect": lambda *args: ("redirect", *args),

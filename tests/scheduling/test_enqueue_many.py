@@ -22,7 +22,7 @@ def enqueue_many(*jobs: tuple[str, int, str, str]) -> list[Any]:
     argv: list[Any] = [Q.wake, WAKE_HORIZON_MS]
     for job_id, delay_ms, key, conflict in jobs:
         spec = pack(BASE["task"], BASE["args"], key=key)
-        argv += [job_id, "delay", delay_ms, key, conflict, spec]
+        argv += [job_id, "delay", delay_ms, key, conflict, spec, ""]
     return get_scripts().enqueue(
         [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix], argv
     )

@@ -31,7 +31,7 @@ def sentry() -> Iterator[SentryEndpoint]:
 
 def _declared(cron: str | None = None, every_ms: int | None = None) -> Declared:
     return Declared(
-        "nightly", RECORD, cron, every_ms, "Europe/Paris", "once", "code", lambda: ("", "")
+        "nightly", RECORD, cron, every_ms, "Europe/Paris", "once", "code", lambda: ("", "", "")
     )
 
 

@@ -8,21 +8,26 @@
 -- KEYS[7] specs bucket prefix, optional dq:{Q}:specs:     (data older than the rule that a
 --         job with a hash has no packed spec may have both: the spec in its bucket, KEYS[7]
 --         .. the id's last two characters, goes too, and its key)
+-- KEYS[8] limit state prefix, optional  dq:{Q}:limit:  (a limited job frees its slot, and the
+--         next job waiting for one is due now: _limits.lua)
 -- ARGV[1] job id
 -- ARGV[2] fencing token
 -- ARGV[3] stats ttl seconds
+-- ARGV[4] wake channel, optional (a waiter made due now wakes the delay workers)
 -- Returns 1 when acked, 0 when the token is stale or the job is gone.
 -- #include _bounds.lua
 -- #include _types.lua
 -- #include _spec.lua
 -- #include _dedupe.lua
 -- #include _stats.lua
+-- #include _now.lua
+-- #include _limits.lua
 local ttl = number_in(ARGV[3], 1, 1e9)
 if not ttl then return redis.error_reply('ERR ack: ARGV[3] is a stats ttl in seconds') end
 local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[6], 'zset'})
 if bad then return bad end
 -- A job key that is not a hash holds no token: nothing to ack (reap sends it to dead).
-local f = hash_fields(KEYS[1], 'tok', 'key')
+local f = hash_fields(KEYS[1], 'tok', 'key', 'task', 'lim')
 if not f or f[1] ~= ARGV[2] then return 0 end
 local id = ARGV[1]
 release_key(KEYS[4], f[2], id)
@@ -33,6 +38,7 @@ if spec then
   release_key(KEYS[4], spec_key(split_spec(spec)), id)
   redis.call('HDEL', bucket, id)
 end
+if f[4] then release_slot(KEYS[8], f[3], f[4], id, KEYS[3], ARGV[4], now_ms()) end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
 redis.call('ZREM', KEYS[6], id)

@@ -8,9 +8,11 @@
 -- KEYS[6] this minute's stats hash      dq:{Q}:stats:<minute>
 -- KEYS[7] specs bucket prefix           dq:{Q}:specs: (a scheduled job's spec moves from its
 --         bucket, KEYS[7] .. the id's last two characters, into its hash, to be seen in dead)
+-- KEYS[8] limit state prefix, optional  dq:{Q}:limit:  (a limited job frees its slot: _limits.lua)
 -- ARGV[1] job id
 -- ARGV[2] reason
 -- ARGV[3] stats ttl seconds
+-- ARGV[4] wake channel, optional (the waiter a freed slot makes due)
 -- Returns 1 when the job moved to dead, 0 when it was neither scheduled nor in flight.
 -- #include _now.lua
 -- #include _bounds.lua
@@ -19,6 +21,7 @@
 -- #include _spec.lua
 -- #include _dedupe.lua
 -- #include _stats.lua
+-- #include _limits.lua
 local now = now_ms()
 local id = ARGV[1]
 local ttl = number_in(ARGV[3], 1, 1e9)
@@ -28,7 +31,7 @@ if bad then return bad end
 if not (redis.call('ZSCORE', KEYS[2], id) or redis.call('ZSCORE', KEYS[3], id)) then
   return 0
 end
-local f = hash_fields(KEYS[1], 'key')
+local f = hash_fields(KEYS[1], 'key', 'task', 'lim')
 -- (A bucket that is not a hash holds no spec: the job goes to dead without one.)
 local bucket = spec_bucket(KEYS[7], id)
 local spec = bucket_spec(bucket, id)
@@ -47,6 +50,7 @@ redis.call('HSET', KEYS[1], 'why', ARGV[2], 'err', ARGV[2])
 -- The job's keys: its hash's, and its packed spec's (the current spec) when it has one.
 release_key(KEYS[5], f and f[1], id)
 release_key(KEYS[5], spec_key(parts), id)
+if f and f[3] then release_slot(KEYS[8], f[2], f[3], id, KEYS[3], ARGV[4], now) end
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)

@@ -10,8 +10,9 @@
 -- ARGV[1] wake channel
 -- ARGV[2] wake horizon ms: a new earliest job due later than this needs no wake-up, as no
 --         worker sleeps that long (conf.WAKE_HORIZON_MS)
--- ARGV[3..] per job, 6 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
---           packed spec
+-- ARGV[3..] per job, 7 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
+--           packed spec, limits: "" or "<expires ms or ''>\n<'lim' or ''>" (_limits.lua: a
+--           job with limits or an expiry gets its hash, with its spec, at once)
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
 -- ("created" with the state the job is in now when this call was sent again after the job
 -- was claimed: a job that has a hash is not written again.)
@@ -22,6 +23,7 @@
 -- #include _types.lua
 -- #include _spec.lua
 -- #include _wake.lua
+-- #include _limits.lua
 local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
   if not now then now = now_ms() end
@@ -29,10 +31,11 @@ local function clock()
 end
 
 local horizon = number_in(ARGV[2], 0, MAX_TIME_MS)
-if not horizon or (#ARGV - 2) % 6 ~= 0 then
-  return redis.error_reply('ERR enqueue: ARGV is a wake channel, a horizon ms, then 6 per job')
+if not horizon or (#ARGV - 2) % 7 ~= 0 then
+  return redis.error_reply('ERR enqueue: ARGV is a wake channel, a horizon ms, then 7 per job')
 end
-for i = 3, #ARGV, 6 do
+
+for i = 3, #ARGV, 7 do
   local mode, ms, conflict = ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]
   local due
   if mode == 'delay' then
@@ -42,9 +45,9 @@ for i = 3, #ARGV, 6 do
     due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
   end
   if ARGV[i] == '' or not due or (conflict ~= 'keep' and conflict ~= 'replace')
-      or not is_spec(ARGV[i + 5]) then
-    return redis.error_reply('ERR enqueue: job ' .. (i - 1) / 6 .. ' has a bad id, mode, ms '
-                             .. '(a time between years 1 and 9999), conflict or spec')
+      or not is_spec(ARGV[i + 5]) or not limits_of(ARGV[i + 6]) then
+    return redis.error_reply('ERR enqueue: job ' .. (i - 3) / 7 .. ' has a bad id, mode, ms '
+                             .. '(a time between years 1 and 9999), conflict, spec or limits')
   end
 end
 
@@ -53,7 +56,7 @@ end
 -- all goes right; in any other (the call sent again after its job was claimed, a key of the
 -- wrong type) it leaves nothing written and falls through to the general path, which does
 -- as it always did and so gives the same reply.
-if #ARGV == 8 and ARGV[6] == '' then
+if #ARGV == 9 and ARGV[6] == '' and ARGV[9] == '' then
   local id, spec = ARGV[3], ARGV[8]
   local due = tonumber(ARGV[5])
   if ARGV[4] == 'delay' then due = clock() + due end
@@ -85,13 +88,13 @@ end
 -- and a new job's first write is the HSET of its spec into its bucket, which fails on a
 -- bucket of another type having written nothing (checked() below). Replacing a job writes
 -- only keys found of the right type by then.
-local single = #ARGV == 8
+local single = #ARGV == 9
 local bad = wrong_type(single and {KEYS[1], 'zset'}
                        or {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash'})
 if bad then return bad end
 if not single then  -- the bucket each new spec goes to (the call's jobs share some)
   local buckets = {}
-  for i = 3, #ARGV, 6 do
+  for i = 3, #ARGV, 7 do
     local bucket = spec_bucket(KEYS[5], ARGV[i])
     if not buckets[bucket] then
       buckets[bucket] = true
@@ -118,7 +121,9 @@ local function wrote(id, due)
   end
 end
 
-local function enqueue(id, mode, ms, key, conflict, spec)
+local function enqueue(id, mode, ms, key, conflict, spec, extra)
+  local limits = limits_of(extra)
+  local own_hash = limits[1] or limits[2]  -- a limited job keeps its spec in its hash
   local due = tonumber(ms)
   if mode == 'delay' then due = clock() + due end
   local failed  -- the error reply of a key of the wrong type (one job only: see above)
@@ -140,8 +145,10 @@ local function enqueue(id, mode, ms, key, conflict, spec)
         if conflict == 'keep' then return {existing, score, 'kept', 'scheduled'} end
         -- The new spec replaces the old one where the job keeps it: in its hash once it
         -- was claimed (beside the attempts and history it keeps), else in its bucket.
-        if job_type == 'hash' then
-          write_spec(job, split_spec(spec))
+        if job_type == 'hash' or own_hash then
+          local set, gone = limit_fields(limits, due)
+          write_spec(job, split_spec(spec), set)
+          if #gone > 0 then redis.call('HDEL', job, unpack(gone)) end
           redis.pcall('HDEL', bucket, existing)  -- (a bucket that is not a hash holds none)
         else
           redis.call('HSET', bucket, existing, spec)
@@ -172,9 +179,13 @@ local function enqueue(id, mode, ms, key, conflict, spec)
     return {id, due, 'created', 'dead'}
   end
   -- The spec first: for one job the call's first write, which checks its bucket. The dedupe
-  -- hash, read above, comes next.
-  failed = select(2, checked('hash', 'HSET', spec_bucket(KEYS[5], id), id, spec))
-  if failed then return failed end
+  -- hash, read above, comes next. A limited job's spec goes to its hash (none exists).
+  if own_hash then
+    write_spec(KEYS[4] .. id, split_spec(spec), (limit_fields(limits, due)), true)
+  else
+    failed = select(2, checked('hash', 'HSET', spec_bucket(KEYS[5], id), id, spec))
+    if failed then return failed end
+  end
   if key ~= '' then redis.call('HSET', KEYS[3], key, id) end
   redis.call('ZADD', KEYS[1], due, id)
   wrote(id, due)
@@ -182,9 +193,9 @@ local function enqueue(id, mode, ms, key, conflict, spec)
 end
 
 local replies = {}
-for i = 3, #ARGV, 6 do
+for i = 3, #ARGV, 7 do
   local reply = enqueue(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4],
-                        ARGV[i + 5])
+                        ARGV[i + 5], ARGV[i + 6])
   if reply.err then return reply end  -- (one job, before any write: see above)
   replies[#replies + 1] = reply
 end

@@ -10,6 +10,7 @@
 -- KEYS[8] specs bucket prefix, optional dq:{Q}:specs: (data older than the rule that a job
 --         with a hash has no packed spec may have both: then the spec in its bucket, KEYS[8]
 --         .. the id's last two characters, is the current one)
+-- KEYS[9] limit state prefix, optional  dq:{Q}:limit:  (a limited job frees its slot: _limits.lua)
 -- ARGV[1] job id
 -- ARGV[2] fencing token
 -- ARGV[3] backoff ms before the next attempt
@@ -28,6 +29,7 @@
 -- #include _dedupe.lua
 -- #include _stats.lua
 -- #include _wake.lua
+-- #include _limits.lua
 local now = now_ms()
 local id = ARGV[1]
 local backoff = number_in(ARGV[3], 0, MAX_TIME_MS)
@@ -40,7 +42,7 @@ end
 local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash'})
 if bad then return bad end
 -- A job key that is not a hash holds no token: stale here, and reap sends it to dead.
-local f = hash_fields(KEYS[1], 'tok', 'att', 'max', 'key', 'hist')
+local f = hash_fields(KEYS[1], 'tok', 'att', 'max', 'key', 'hist', 'task', 'lim', 'exp')
 if not f or f[1] ~= ARGV[2] then return 'stale' end
 -- (A bucket that is not a hash holds no spec: the hash's fields are the job's.)
 local bucket = KEYS[8] and spec_bucket(KEYS[8], id)
@@ -59,12 +61,15 @@ elseif attempt >= max then
 end
 local due = now + backoff
 if not why and due > MAX_TIME_MS then why = 'its next due time would be after year 9999' end
+-- A retry that would start after the job's expiry does not happen.
+if not why and expired_at(f[8]) and due > expired_at(f[8]) then why = 'expired' end
 
 local hist = history_with(f[5], {at = now, attempt = attempt or f[2], outcome = 'failed',
                                  detail = ARGV[4]})
 -- Writes: the job's hash, the zset it goes to, then its removal from the others.
 redis.call('HSET', KEYS[1], 'err', ARGV[4], 'tb', ARGV[5], 'hist', hist)
 count_stat(KEYS[6], 'failed', 1, ttl)
+if f[7] then release_slot(KEYS[9], f[6], f[7], id, KEYS[3], ARGV[9], now) end
 
 if why then
   if parts then  -- the job's current spec goes where a dead job keeps it
@@ -77,6 +82,7 @@ if why then
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
   count_stat(KEYS[6], 'dead', 1, ttl)
+  if why == 'expired' then count_stat(KEYS[6], 'expired', 1, ttl) end
   local excess = redis.call('ZCARD', KEYS[4]) - dead_max
   if excess > 0 then
     local popped = redis.call('ZPOPMIN', KEYS[4], math.min(excess, 10))

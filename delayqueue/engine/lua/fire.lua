@@ -26,7 +26,7 @@
 -- #include _occurrence.lua
 local bad = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset'})
 if bad then return bad end
-local f = redis.call('HMGET', KEYS[2], 'next', 'job', 'spec', 'paused')
+local f = redis.call('HMGET', KEYS[2], 'next', 'job', 'spec', 'paused', 'lim')
 if not f[1] or f[1] ~= ARGV[2] or f[4] then return {'moved', f[1] or ''} end
 local due = number_in(ARGV[3], MIN_TIME_MS, MAX_TIME_MS)
 if not due or not f[3] or not is_spec(f[3]) then
@@ -36,7 +36,7 @@ local runs = 1
 if ARGV[6] == 'skip' and drop_occurrence(KEYS[3], KEYS[4], KEYS[5], f[2]) then runs = 0 end
 local missed = (tonumber(ARGV[5]) or 0) + (1 - runs)
 write_occurrence(KEYS[3], KEYS[4], KEYS[5], ARGV[4], f[3], due, ARGV[7], now_ms(),
-                 tonumber(ARGV[8]) or 0)
+                 tonumber(ARGV[8]) or 0, f[5])
 local fields = {'next', due, 'job', ARGV[4]}
 if runs == 1 then
   fields[#fields + 1] = 'last'

@@ -13,7 +13,8 @@
 -- ARGV[4] the packed spec of every occurrence
 -- ARGV[5] wake channel
 -- ARGV[6] wake horizon ms
--- ARGV[7..] the record's fields, name then value (rule, timezone, fingerprint, ...)
+-- ARGV[7..] the record's fields, name then value (rule, timezone, fingerprint, ... and 'lim',
+--         the occurrences' limits and expiry, "" for none: _occurrence.lua)
 -- Returns {"planned", the occurrence it replaced or ""}.
 -- #include _now.lua
 -- #include _types.lua
@@ -30,15 +31,21 @@ local replaced = ''
 if old and old ~= ARGV[3] and drop_occurrence(KEYS[3], KEYS[4], KEYS[5], old) then
   replaced = old
 end
-if old == ARGV[3] and redis.call('EXISTS', KEYS[5] .. old) == 0 then
-  -- The same occurrence, planned again (a changed spec at the same instant): its new spec.
-  redis.call('HSET', spec_bucket(KEYS[4], old), old, ARGV[4])
+if old == ARGV[3] and not was_claimed(KEYS[5], old) then
+  -- The same occurrence, planned again (a changed spec or limits at the same instant): what
+  -- it was goes, and write_occurrence below writes it anew.
+  redis.pcall('HDEL', spec_bucket(KEYS[4], old), old)
+  redis.call('DEL', KEYS[5] .. old)
 end
 local fields = {'next', due, 'job', ARGV[3], 'spec', ARGV[4], 'name', ARGV[1]}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+local limits = ''
+for i = 7, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+  if i % 2 == 0 and ARGV[i - 1] == 'lim' then limits = ARGV[i] end
+end
 redis.call('HSET', KEYS[2], unpack(fields))
 redis.call('HDEL', KEYS[2], 'paused')
 write_occurrence(KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4], due, ARGV[5], now_ms(),
-                 tonumber(ARGV[6]) or 0)
+                 tonumber(ARGV[6]) or 0, limits)
 redis.call('ZADD', KEYS[1], due, ARGV[1])
 return {'planned', replaced}

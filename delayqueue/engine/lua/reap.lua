@@ -12,8 +12,11 @@
 -- KEYS[3] dead zset                     dq:{Q}:dead
 -- KEYS[4] job hash prefix               dq:{Q}:job:
 -- KEYS[5] dedupe hash                   dq:{Q}:keys
+-- KEYS[6] limit state prefix, optional  dq:{Q}:limit:  (a reaped job's slot comes back:
+--         _limits.lua)
 -- ARGV[1] most jobs to reap
 -- ARGV[2] max attempts when the job stores none
+-- ARGV[3] wake channel, optional
 -- Returns {jobs rescheduled, jobs moved to dead}.
 -- #include _now.lua
 -- #include _bounds.lua
@@ -23,6 +26,7 @@
 -- #include _history.lua
 -- #include _dedupe.lua
 -- #include _chunked.lua
+-- #include _limits.lua
 local MAX_NOT_STARTED = 10
 local now = now_ms()
 local limit = number_in(ARGV[1], 0, 1e6)
@@ -40,13 +44,15 @@ for _, id in ipairs(far) do ids[#ids + 1] = id end
 local function examine(id)
   local job = KEYS[4] .. id
   local plan = {id = id, job = job}
-  local f = hash_fields(job, 'att', 'max', 'key', 'hist', 'task', 'tok', 'began', 'rp')
+  local f = hash_fields(job, 'att', 'max', 'key', 'hist', 'task', 'tok', 'began', 'rp',
+                       'lim')
   if not f then
     plan.foreign = true
     plan.why = 'corrupt job data: its Redis key is a ' .. key_type(job) .. ', not a hash'
     return plan
   end
   plan.key = f[3]
+  plan.task, plan.lim = f[5], f[9]
   if not f[5] then
     plan.why = 'job data missing or incomplete in Redis'
     return plan
@@ -92,6 +98,7 @@ for _, plan in ipairs(plans) do
   elseif plan.set then
     redis.call('HSET', plan.job, unpack(plan.set))
   end
+  if plan.lim then release_slot(KEYS[6], plan.task, plan.lim, plan.id, KEYS[2], ARGV[3], now) end
   if plan.why then
     if not plan.foreign then redis.call('HSET', plan.job, 'why', plan.why) end
     release_key(KEYS[5], plan.key, plan.id)

@@ -3,6 +3,7 @@
 -- KEYS[1] job hash                      dq:{Q}:job:<id>
 -- KEYS[2] inflight zset                 dq:{Q}:inflight
 -- KEYS[3] scheduled zset                dq:{Q}:scheduled
+-- KEYS[4] limit state prefix, optional  dq:{Q}:limit:  (a limited job frees its slot: _limits.lua)
 -- ARGV[1] job id
 -- ARGV[2] fencing token, or "" for any
 -- ARGV[3] delay ms before it is due again
@@ -18,6 +19,7 @@
 -- #include _types.lua
 -- #include _history.lua
 -- #include _wake.lua
+-- #include _limits.lua
 local now = now_ms()
 local id = ARGV[1]
 local delay = number_in(ARGV[3], 0, MAX_TIME_MS)
@@ -26,7 +28,7 @@ if not delay or (ARGV[4] ~= '0' and ARGV[4] ~= '1') or now + delay > MAX_TIME_MS
 end
 local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset'})
 if bad then return bad end
-local f = hash_fields(KEYS[1], 'tok', 'att', 'hist', 'began')
+local f = hash_fields(KEYS[1], 'tok', 'att', 'hist', 'began', 'task', 'lim')
 if not f or (ARGV[2] ~= '' and f[1] ~= ARGV[2]) then return 0 end
 if ARGV[7] == '1' and f[4] == f[1] then return 0 end
 if not redis.call('ZSCORE', KEYS[2], id) then return 0 end
@@ -41,6 +43,7 @@ set[#set + 1] = 'hist'
 set[#set + 1] = history_with(f[3], {at = now, attempt = attempt or f[2], outcome = 'released',
                                     detail = ARGV[5]})
 redis.call('HSET', KEYS[1], unpack(set))
+if f[6] then release_slot(KEYS[4], f[5], f[6], id, KEYS[3], ARGV[6], now) end
 schedule(KEYS[3], id, now + delay, ARGV[6])
 redis.call('ZREM', KEYS[2], id)
 return 1

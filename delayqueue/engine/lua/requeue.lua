@@ -1,5 +1,6 @@
 -- requeue: dead -> scheduled with a fresh count of attempts and of dispatches that never
--- started ("retry" in the admin).
+-- started ("retry" in the admin), and no expiry (an operator who retries an expired job wants
+-- it run; its rate and concurrency still apply).
 -- KEYS[1] job hash                      dq:{Q}:job:<id>
 -- KEYS[2] dead zset                     dq:{Q}:dead
 -- KEYS[3] scheduled zset                dq:{Q}:scheduled
@@ -25,7 +26,7 @@ local f = hash_fields(KEYS[1], 'task', 'args', 'key')
 if not (f and f[1] and f[2]) then return -1 end
 -- Writes: the job's hash, then scheduled, then its removal from dead.
 redis.call('HSET', KEYS[1], 'att', 0)
-redis.call('HDEL', KEYS[1], 'why', 'rp')
+redis.call('HDEL', KEYS[1], 'why', 'rp', 'exp')
 if f[3] then redis.call('HSETNX', KEYS[4], f[3], id) end
 schedule(KEYS[3], id, now + delay, ARGV[3])
 redis.call('ZREM', KEYS[2], id)

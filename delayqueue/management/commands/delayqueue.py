@@ -14,9 +14,11 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from delayqueue.cli import FAILED, USAGE, acts, render, status
+from delayqueue.cli import limits as limits_cli
 from delayqueue.cli import schedules as schedule_cli
 from delayqueue.engine.keys import check_job_id
 from delayqueue.errors import DelayQueueError, InvalidJobId, InvalidQueueName
+from delayqueue.services import limits as limits_service
 from delayqueue.services import schedules as schedules_service
 
 
@@ -110,6 +112,9 @@ class Command(BaseCommand):
         p.add_argument("--json", action="store_true", help="list: print JSON")
         self._yes(p)
 
+        p = actions.add_parser("limits", help="limited tasks: rate, concurrency, expiry, state")
+        p.add_argument("--json", action="store_true", help="print JSON")
+
     @staticmethod
     def _yes(parser: CommandParser) -> None:
         parser.add_argument("--yes", "-y", action="store_true", help="do not ask to confirm")
@@ -126,6 +131,15 @@ class Command(BaseCommand):
                 self.health(options)
             elif action == "schedules":
                 self.schedules(options)
+            elif action == "limits":
+                found = limits_service.limited_tasks()
+                said = (
+                    [json.dumps([limits_cli.as_json(t) for t in found], indent=2)]
+                    if options["json"]
+                    else limits_cli.lines(found)
+                )
+                for line in said:
+                    self.stdout.write(line)
             else:
                 self.act(self.plan(action, options), yes=options["yes"])
         except acts.Refused as exc:
