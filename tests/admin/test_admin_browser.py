@@ -23,10 +23,10 @@ from playwright.sync_api import (
 )
 
 from delayqueue.engine.keys import queue_keys
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.processes import ROOT
 from tests.support.states import make_dead, schedule
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

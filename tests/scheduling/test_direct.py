@@ -19,8 +19,8 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import RedisUnavailable
 from delayqueue.producer import client as queue
 from delayqueue.producer import writes
-from tests.conftest import command_calls, only_on
 from tests.support import jobs
+from tests.support.data_redis import command_calls, only_on
 
 # On a cluster delay_for takes the cluster client's path (test_cluster.py says so).
 pytestmark = only_on("single", "sentinel")

@@ -35,8 +35,8 @@ from delayqueue.errors import DelayQueueError
 from delayqueue.producer.client import Job, JobSpec
 from delayqueue.wire import encode_args
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import celery_app_on, wait_for
 from tests.support import jobs
+from tests.support.celery_apps import celery_app_on
 from tests.support.corrupt import (
     decode_message,
     parked_broker,
@@ -47,6 +47,7 @@ from tests.support.corrupt import (
     take_messages,
 )
 from tests.support.fuzzing import examples
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.fuzz
 

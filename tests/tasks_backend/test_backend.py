@@ -37,9 +37,9 @@ from delayqueue.engine.keys import (  # noqa: E402
 )
 from delayqueue.errors import InvalidDelay, NotSerializable, PayloadTooLarge  # noqa: E402
 from delayqueue.tasks_backend import DelayQueueBackend  # noqa: E402
-from tests.conftest import wait_for  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
 from tests.support.stored import stored_job  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,10 +24,11 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.shards import shard_names
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import info_everywhere, wait_for
 from tests.support import jobs
+from tests.support.data_redis import info_everywhere
 from tests.support.redis_server import free_port
 from tests.support.topologies import ClusterSet
+from tests.support.waiting import wait_for
 
 SOCKET_TIMEOUT = 2.0
 

@@ -25,10 +25,10 @@ from delayqueue.engine.sentinel import parse_sentinel_url
 from delayqueue.errors import DelayQueueError, InvalidOption, RedisUnavailable
 from delayqueue.redaction import redact_url
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.redis_server import free_port
 from tests.support.topologies import MASTER_NAME, SentinelSet
+from tests.support.waiting import wait_for
 
 Q = queue_keys("tests")
 SOCKET_TIMEOUT = 2.0
@@ -161,7 +161,7 @@ def test_a_celery_broker_on_sentinel_receives_the_dispatch(
     import json
 
     from delayqueue.worker.publishers import RedisListPublisher
-    from tests.conftest import celery_app_on
+    from tests.support.celery_apps import celery_app_on
 
     monkeypatch.delenv("CELERY_BROKER_URL")
     app = celery_app_on(topology.url_for(1))
