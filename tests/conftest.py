@@ -20,6 +20,13 @@ from tests.support.processes import Process, child_env, start_celery_worker
 from tests.support.waiting import wait_for
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix() -> None:
+    """The test database keeps its name under pytest-xdist (pytest-django would add the
+    worker's id): each worker has a folder of its own (tests/settings.py), and the Celery
+    worker and delay workers a test starts open the same file by that name."""
+
+
 @pytest.fixture(autouse=True)
 def r() -> Iterator[redis.Redis]:
     """delayqueue's Redis, empty at the start of every test."""

@@ -18,7 +18,13 @@ TOPOLOGY = os.environ.setdefault("DQ_TEST_TOPOLOGY", "single")
 if TOPOLOGY not in ("single", "cluster", "sentinel"):
     raise RuntimeError(f"DQ_TEST_TOPOLOGY={TOPOLOGY!r}: single, cluster or sentinel")
 
-if "DQ_TEST_REDIS_PORT" not in os.environ:
+# One server and one folder per test run, and per pytest-xdist worker: a worker inherits its
+# controller's environment, so the server it finds there is the controller's (another owner);
+# the children a test starts inherit the worker's, and use its server.
+_OWNER = (
+    f"{os.environ.get('PYTEST_XDIST_WORKER', '')}:{os.environ.get('PYTEST_XDIST_TESTRUNUID', '')}"
+)
+if "DQ_TEST_REDIS_PORT" not in os.environ or os.environ.get("DQ_TEST_OWNER", _OWNER) != _OWNER:
     from tests.support.redis_server import RedisServer, cleanup_on_exit
 
     _server = RedisServer().start()
@@ -30,6 +36,7 @@ if "DQ_TEST_REDIS_PORT" not in os.environ:
     os.environ["DQ_TEST_REDIS_RUN_ID"] = str(_server.run_id)
     os.environ["DQ_TEST_DIR"] = _test_dir
     os.environ["DQ_TEST_RUN_IDS"] = str(_server.run_id)
+    os.environ["DQ_TEST_OWNER"] = _OWNER
     if TOPOLOGY == "cluster":
         from tests.support.topologies import ClusterSet
 

@@ -101,6 +101,7 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.binary = binary
+        self.own_port = port is None  # a port of its choosing: another one if it is taken
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="dq-redis-"))
         self.appendonly = appendonly
@@ -129,8 +130,7 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while True:
             try:
-                self.run_id = str(self.client().info("server")["run_id"])
-                return self
+                info = self.client().info("server")
             except redis.ConnectionError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     log = (
@@ -142,6 +142,17 @@ class RedisServer:
                         f"redis-server did not start on {self.port}: {log}"
                     ) from None
                 time.sleep(0.02)
+                continue
+            if int(info["process_id"]) == self.process.pid:
+                self.run_id = str(info["run_id"])
+                return self
+            # Another process's server took the port between free_port() and this start
+            # (test runs in parallel): this one cannot listen there.
+            self.stop(kill=True)
+            if not self.own_port or self.run_id is not None:  # (a restart keeps its port)
+                raise RuntimeError(f"port {self.port} is another redis-server's")
+            self.port = free_port()
+            return self.start()
 
     def stop(self, *, kill: bool = False) -> None:
         if self.process is None:
