@@ -20,6 +20,16 @@ from tests.support.processes import Process, child_env, start_celery_worker
 from tests.support.waiting import wait_for
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup`` (the test command's), tests/support/xdist_schedule.py's."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from tests.support.xdist_schedule import AloneLastScheduling
+
+    return AloneLastScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings_xdist_suffix() -> None:
     """The test database keeps its name under pytest-xdist (pytest-django would add the
