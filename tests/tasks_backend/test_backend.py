@@ -217,7 +217,8 @@ def test_aenqueue_and_aget_result_on_the_event_loop(r: redis.Redis) -> None:
         asyncio.run(compat.task_backends["default"].aget_result(new_job_id()))
 
 
-@pytest.mark.parametrize("result_id", ["nope", "", new_job_id()])
+# (ids of their own: the fresh id differs in each pytest-xdist worker's collection)
+@pytest.mark.parametrize("result_id", ["nope", "", new_job_id()], ids=["nope", "empty", "fresh"])
 def test_an_unknown_id_does_not_exist(result_id: str) -> None:
     with pytest.raises(compat.TaskResultDoesNotExist):
         compat.task_backends["default"].get_result(result_id)
