@@ -20,10 +20,6 @@ from tests.chaos.failover import FailoverScenario, run_failover
 from tests.chaos.scenarios import SCENARIOS, Scenario, run_scenario
 from tests.support import jobs
 
-# Faults and load timed in seconds: run by itself, no other test beside it (the test
-# command's scheduler, tests/support/xdist_schedule.py).
-pytestmark = pytest.mark.xdist_group("alone")
-
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])

@@ -7,13 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis
 
 from tests.chaos import periodic as periodic_chaos
-
-# Kills timed in seconds: run by itself (tests/support/xdist_schedule.py).
-pytestmark = pytest.mark.xdist_group("alone")
 
 
 def test_every_occurrence_runs_once_while_delay_workers_are_killed(

@@ -1,12 +1,13 @@
 """How the test command shares its tests between its pytest-xdist workers (``-n 2 --dist
-loadgroup`` in pyproject.toml; tests/conftest.py installs this scheduler).
+loadgroup`` in pyproject.toml; tests/conftest.py installs this scheduler for ``loadgroup``).
 
-As xdist's loadgroup: each test is a unit of its own, handed to whichever worker is free, and
-the tests of one ``xdist_group`` stay together on one worker. Two additions:
+As xdist's loadgroup: each test is a unit of its own, handed to whichever worker is free.
+Two additions:
 
-- The group ``alone`` (``@pytest.mark.xdist_group("alone")``: the chaos tests, whose faults
-  and load figures are timed) runs after every other test, on one worker, while the other
-  workers have nothing to run: no other test competes with it for the two cores.
+- The tests of ``ALONE`` (the chaos short forms, whose faults and rates are timed in seconds)
+  run after every other test, one after the other on one worker, while the other workers
+  have nothing to run: no other test competes with them for the cores. (A list of modules,
+  not a mark: this process does not collect the tests, it only sees their ids.)
 - The longest tests (``FIRST``) are handed out first, so that no long test starts last
   while the other worker has run out of work.
 """
@@ -18,10 +19,16 @@ from typing import Any
 
 from xdist.scheduler import LoadGroupScheduling
 
-ALONE = "alone"
+ALONE = "alone"  # the name of their unit of work
+
+# Test modules that run alone, at the end.
+ALONE_MODULES = (
+    "tests/delay_worker/test_chaos.py::",
+    "tests/periodic/test_periodic_chaos.py::",
+)
 
 # Test modules (or tests) whose run takes minutes: they start first.
-FIRST = ("tests/topologies/test_topologies.py",)
+FIRST = ("tests/topologies/test_topologies.py::",)
 
 
 def _rank(scope: str) -> int:
@@ -29,34 +36,52 @@ def _rank(scope: str) -> int:
 
 
 class AloneLastScheduling(LoadGroupScheduling):
-    """loadgroup, with the ``alone`` group last and by itself, and the longest tests first."""
+    """loadgroup, with the ``ALONE`` modules last and by themselves, the longest tests first."""
 
     def __init__(self, config: Any, log: Any = None) -> None:
         super().__init__(config, log)
         self._ordered = False
 
-    def _drained(self) -> bool:
-        """No worker has a test to run beyond the one it keeps until it knows the next."""
-        return all(self._pending_of(work) <= 1 for work in self.assigned_work.values())
+    def _split_scope(self, nodeid: str) -> str:
+        if nodeid.startswith(ALONE_MODULES):
+            return ALONE
+        return super()._split_scope(nodeid)
 
     def _assign_work_unit(self, node: Any) -> None:
         if not self._ordered:  # the whole queue, at the first hand-out: the longest first,
-            # the rest as collected, the alone group last
+            # the rest as collected, the alone tests last
             self.workqueue = OrderedDict(
                 sorted(self.workqueue.items(), key=lambda item: (item[0] == ALONE, _rank(item[0])))
             )
             self._ordered = True
-        if ALONE in self.workqueue and len(self.workqueue) > 1:
-            self.workqueue.move_to_end(ALONE)
-        elif ALONE in self.workqueue and not self._drained():
-            return  # the alone group waits until every other test has run
-        super()._assign_work_unit(node)
+        if len(self.workqueue) == 1 and ALONE in self.workqueue:
+            self._start_alone()
+        else:
+            if ALONE in self.workqueue:
+                self.workqueue.move_to_end(ALONE)
+            super()._assign_work_unit(node)
 
     def _reschedule(self, node: Any) -> None:
-        if node.shutting_down:
+        if len(self.workqueue) == 1 and ALONE in self.workqueue:
+            self._start_alone()
+        else:
+            super()._reschedule(node)
+
+    def _start_alone(self) -> None:
+        """Once every other test is handed out: every worker but one finishes (a worker keeps
+        its last test until it hears of the next or of the end: it runs it now), and the last
+        one gets the alone tests when the others have run every test they had."""
+        open_nodes = [node for node in self.nodes if not node.shutting_down]
+        if not open_nodes:
             return
-        if list(self.workqueue) == [ALONE]:
-            if self._drained():
-                super()._assign_work_unit(node)
-            return  # this worker waits (its last test runs at the shutdown)
-        super()._reschedule(node)
+        keeper, *others = open_nodes
+        for node in others:
+            if self._pending_of(self.assigned_work[node]) <= 1:
+                node.shutdown()
+        busy = [
+            node
+            for node, work in self.assigned_work.items()
+            if node is not keeper and self._pending_of(work)
+        ]
+        if not busy and self._pending_of(self.assigned_work[keeper]) <= 1:
+            super()._assign_work_unit(keeper)
