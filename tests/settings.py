@@ -25,13 +25,24 @@ _OWNER = (
     f"{os.environ.get('PYTEST_XDIST_WORKER', '')}:{os.environ.get('PYTEST_XDIST_TESTRUNUID', '')}"
 )
 if "DQ_TEST_REDIS_PORT" not in os.environ or os.environ.get("DQ_TEST_OWNER", _OWNER) != _OWNER:
-    from tests.support.redis_server import RedisServer, cleanup_on_exit
+    from tests.support.redis_server import (
+        WORKER_FOLDERS,
+        RedisServer,
+        cleanup_on_exit,
+        remove_listed,
+    )
 
     _server = RedisServer().start()
     _test_dir = tempfile.mkdtemp(prefix="dq-test-")
-    # At exit, and on SIGTERM/SIGHUP: stop the server, remove its folder and the suite's own.
+    if os.environ.get("PYTEST_XDIST_WORKER") and "DQ_TEST_DIR" in os.environ:
+        # A worker lists its folders in the run's: the run removes them at its end too, for
+        # a worker that xdist killed (the run stopped) before its own cleanup ran.
+        with open(os.path.join(os.environ["DQ_TEST_DIR"], WORKER_FOLDERS), "a") as listed:
+            listed.write(f"{_server.dir}\n{_test_dir}\n")
+    # At exit, and on SIGTERM/SIGHUP: stop the server, remove its folder, its workers' and
+    # the suite's own.
     _remove_dir = functools.partial(shutil.rmtree, _test_dir, ignore_errors=True)
-    cleanup_on_exit(_server.cleanup, _remove_dir)
+    cleanup_on_exit(_server.cleanup, functools.partial(remove_listed, _test_dir), _remove_dir)
     os.environ["DQ_TEST_REDIS_PORT"] = str(_server.port)
     os.environ["DQ_TEST_REDIS_RUN_ID"] = str(_server.run_id)
     os.environ["DQ_TEST_DIR"] = _test_dir

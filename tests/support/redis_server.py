@@ -86,6 +86,17 @@ def cleanup_on_exit(*callbacks: Callable[[], object]) -> None:
             signal.signal(sig, on_signal)
 
 
+WORKER_FOLDERS = "worker-folders"  # in a test run's folder: the folders its workers made
+
+
+def remove_listed(folder: str) -> None:
+    """Remove the folders listed in ``folder``'s ``WORKER_FOLDERS`` file, if any."""
+    listed = Path(folder) / WORKER_FOLDERS
+    if listed.exists():
+        for line in listed.read_text().splitlines():
+            shutil.rmtree(line, ignore_errors=True)
+
+
 class RedisServer:
     """One redis-server process. ``restart()`` keeps port and data directory (for AOF tests)."""
 
