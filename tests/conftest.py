@@ -3,126 +3,48 @@ delay workers as child processes."""
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import redis
 from celery import Celery
-from redis.cluster import RedisCluster
 
 import tests.support.fuzzing  # noqa: F401  (Hypothesis profiles, before any test module)
 from delayqueue.engine import clients as connection
-from delayqueue.engine.clients import ClusterClient
+from tests.support.celery_apps import celery_app_on, close_apps_made, parked_broker_url
+from tests.support.data_redis import delayqueue_redis, flush
 from tests.support.processes import Process, child_env, start_celery_worker
+from tests.support.waiting import wait_for
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
-    """Poll until ``predicate()`` is truthy; its value, or AssertionError at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
-        time.sleep(interval)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup`` (the test command's), tests/support/xdist_schedule.py's."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from tests.support.xdist_schedule import AloneLastScheduling
+
+    return AloneLastScheduling(config, log)
 
 
-TOPOLOGY = os.environ.get("DQ_TEST_TOPOLOGY", "single")
-
-
-def _test_redis(db: int = 0) -> redis.Redis:
-    """The suite's single server: db 0 is delayqueue's (on the single topology), db 1 the
-    Celery broker's."""
-    return redis.Redis(
-        port=int(os.environ["DQ_TEST_REDIS_PORT"]), db=db, decode_responses=True, socket_timeout=10
-    )
-
-
-def delayqueue_redis() -> redis.Redis:
-    """A client of delayqueue's data wherever DQ_TEST_TOPOLOGY put it: the single server,
-    the Sentinel set's master, or the cluster (a RedisCluster, typed as the others)."""
-    if TOPOLOGY == "cluster":
-        cluster = ClusterClient.from_url(
-            os.environ["REDIS_URL"], decode_responses=True, socket_timeout=10
-        )
-        return cast(redis.Redis, cluster)
-    return redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, socket_timeout=10)
-
-
-def _flush(client: redis.Redis) -> None:
-    """Empty delayqueue's data: only on servers the suite started (their run ids)."""
-    ours = set(os.environ["DQ_TEST_RUN_IDS"].split(","))
-    if isinstance(client, RedisCluster):
-        nodes = client.get_primaries()
-        run_ids = client.info("server", target_nodes=nodes)
-        if any(info["run_id"] not in ours for info in run_ids.values()):
-            raise RuntimeError("refusing to flush a Redis the test suite did not start")
-        client.flushdb(target_nodes=nodes)
-        return
-    if client.info("server")["run_id"] not in ours:
-        raise RuntimeError("refusing to flush a Redis the test suite did not start")
-    client.flushdb()
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix() -> None:
+    """The test database keeps its name under pytest-xdist (pytest-django would add the
+    worker's id): each worker has a folder of its own (tests/settings.py), and the Celery
+    worker and delay workers a test starts open the same file by that name."""
 
 
 @pytest.fixture(autouse=True)
 def r() -> Iterator[redis.Redis]:
     """delayqueue's Redis, empty at the start of every test."""
     client = delayqueue_redis()
-    _flush(client)
+    flush(client)
     connection.reset()
     yield client
     client.close()
-
-
-def info_everywhere(client: redis.Redis, section: str) -> list[dict[str, Any]]:
-    """INFO ``section`` of delayqueue's server, or of every primary of the cluster."""
-    if isinstance(client, RedisCluster):
-        return list(client.info(section, target_nodes=client.get_primaries()).values())
-    return [client.info(section)]
-
-
-def command_calls(client: redis.Redis, *commands: str) -> int:
-    """How many times delayqueue's server (or every cluster primary) ran these commands."""
-    return sum(
-        int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
-        for stats in info_everywhere(client, "commandstats")
-        for command in commands
-    )
-
-
-def only_on(*topologies: str) -> pytest.MarkDecorator:
-    """Skip a test on the other topologies (it sets up a Redis of its own, say)."""
-    return pytest.mark.skipif(
-        TOPOLOGY not in topologies, reason=f"needs the {' or '.join(topologies)} topology"
-    )
-
-
-def parked_broker_url() -> str:
-    """A broker database no Celery worker consumes, so what is published stays there."""
-    from django.conf import settings
-
-    return str(settings.CELERY_BROKER_URL).rsplit("/", 1)[0] + "/2"
-
-
-_apps_made: list[Celery] = []
-
-
-def celery_app_on(broker_url: str) -> Celery:
-    """A Celery app with the suite's tasks and a broker of its own (closed after the test
-    that made it, by ``close_what_tests_made``)."""
-    from tests.support import jobs
-
-    app = Celery(broker=broker_url)
-    for name, task in jobs.record.app.tasks.items():
-        app.tasks[name] = task
-    _apps_made.append(app)
-    return app
 
 
 @pytest.fixture(autouse=True)
@@ -144,14 +66,7 @@ def close_what_tests_made(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for worker in made:
         worker.close()
-    while _apps_made:
-        # the broker connections of the app's pool (Celery.close() would only drop the pool
-        # and deregister the app, so shared tasks imported later would miss the current app)
-        app = _apps_made.pop()
-        pool = getattr(app, "_pool", None)
-        setattr(app, "_pool", None)  # noqa: B010  (a later use makes a new pool)
-        if pool is not None:
-            pool.force_close_all()
+    close_apps_made()
 
 
 @pytest.fixture

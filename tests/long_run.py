@@ -7,7 +7,7 @@ The test command runs the same tests derandomized with a small budget (tests/sup
 Each round is one pytest run with ``--hypothesis-seed`` set to a fresh random seed, so a
 failure names the seed that reproduces it. Exit code 1 when any round failed.
 
-``--failover`` runs the failover chaos instead (tests/failover_chaos.py): delayqueue's Redis
+``--failover`` runs the failover chaos instead (tests/chaos/failover.py): delayqueue's Redis
 master SIGKILLed again and again on a Sentinel set and on a cluster, with and without
 DURABLE, for ``--minutes`` in all; it prints what each lost and ran twice, and fails when a
 durable run lost a job or a worker died (``-k`` picks scenarios by name).
@@ -35,7 +35,7 @@ def main() -> int:
     parser.add_argument("--failover", action="store_true", help="the failover chaos instead")
     options = parser.parse_args()
     if options.failover:
-        command = [sys.executable, "-m", "tests.failover_chaos", "--minutes", str(options.minutes)]
+        command = [sys.executable, "-m", "tests.chaos.failover", "--minutes", str(options.minutes)]
         if options.keyword:
             command += ["--only", options.keyword]
         return subprocess.run(command, cwd=ROOT).returncode

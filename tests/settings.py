@@ -18,18 +18,36 @@ TOPOLOGY = os.environ.setdefault("DQ_TEST_TOPOLOGY", "single")
 if TOPOLOGY not in ("single", "cluster", "sentinel"):
     raise RuntimeError(f"DQ_TEST_TOPOLOGY={TOPOLOGY!r}: single, cluster or sentinel")
 
-if "DQ_TEST_REDIS_PORT" not in os.environ:
-    from tests.support.redis_server import RedisServer, cleanup_on_exit
+# One server and one folder per test run, and per pytest-xdist worker: a worker inherits its
+# controller's environment, so the server it finds there is the controller's (another owner);
+# the children a test starts inherit the worker's, and use its server.
+_OWNER = (
+    f"{os.environ.get('PYTEST_XDIST_WORKER', '')}:{os.environ.get('PYTEST_XDIST_TESTRUNUID', '')}"
+)
+if "DQ_TEST_REDIS_PORT" not in os.environ or os.environ.get("DQ_TEST_OWNER", _OWNER) != _OWNER:
+    from tests.support.redis_server import (
+        WORKER_FOLDERS,
+        RedisServer,
+        cleanup_on_exit,
+        remove_listed,
+    )
 
     _server = RedisServer().start()
     _test_dir = tempfile.mkdtemp(prefix="dq-test-")
-    # At exit, and on SIGTERM/SIGHUP: stop the server, remove its folder and the suite's own.
+    if os.environ.get("PYTEST_XDIST_WORKER") and "DQ_TEST_DIR" in os.environ:
+        # A worker lists its folders in the run's: the run removes them at its end too, for
+        # a worker that xdist killed (the run stopped) before its own cleanup ran.
+        with open(os.path.join(os.environ["DQ_TEST_DIR"], WORKER_FOLDERS), "a") as listed:
+            listed.write(f"{_server.dir}\n{_test_dir}\n")
+    # At exit, and on SIGTERM/SIGHUP: stop the server, remove its folder, its workers' and
+    # the suite's own.
     _remove_dir = functools.partial(shutil.rmtree, _test_dir, ignore_errors=True)
-    cleanup_on_exit(_server.cleanup, _remove_dir)
+    cleanup_on_exit(_server.cleanup, functools.partial(remove_listed, _test_dir), _remove_dir)
     os.environ["DQ_TEST_REDIS_PORT"] = str(_server.port)
     os.environ["DQ_TEST_REDIS_RUN_ID"] = str(_server.run_id)
     os.environ["DQ_TEST_DIR"] = _test_dir
     os.environ["DQ_TEST_RUN_IDS"] = str(_server.run_id)
+    os.environ["DQ_TEST_OWNER"] = _OWNER
     if TOPOLOGY == "cluster":
         from tests.support.topologies import ClusterSet
 

@@ -20,10 +20,10 @@ from django.urls import reverse
 
 from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.services import browse
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.admin_pages import Q, messages_of, post, text, url, user_client
 from tests.support.states import make_dead, make_inflight, redis_ms, schedule, score
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 

@@ -27,10 +27,10 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.periodic import declare as declaring
 from delayqueue.periodic import planner, registry
 from delayqueue.services import schedules as schedule_service
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.processes import ROOT
 from tests.support.states import make_dead, schedule
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,9 +13,9 @@ from delayqueue.engine.keys import current_minute, global_keys, queue_keys
 from delayqueue.errors import InvalidDelay, InvalidJobId
 from delayqueue.services import browse, dashboard, display, operations
 from delayqueue.services.job_detail import job_detail
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.states import Q, claim_all, make_dead, make_inflight, redis_ms, schedule, score
+from tests.support.waiting import wait_for
 
 
 def keys() -> Any:

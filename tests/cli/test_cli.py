@@ -28,11 +28,12 @@ from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.producer.client import Job
 from delayqueue.services import operations
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import only_on, wait_for
 from tests.support import jobs
 from tests.support.command_line import cli
+from tests.support.data_redis import only_on
 from tests.support.processes import ROOT, Process, child_env
 from tests.support.states import Q, schedule
+from tests.support.waiting import wait_for
 
 # ---- jobs in every state ----------------------------------------------------------------
 

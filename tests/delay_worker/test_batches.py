@@ -21,8 +21,8 @@ from delayqueue.errors import InvalidOption
 from delayqueue.wire import RUN_BATCH
 from delayqueue.worker.handoff import AUTO_BATCH_FROM, AUTO_BATCH_SIZE
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import parked_broker_url
 from tests.support import jobs
+from tests.support.celery_apps import parked_broker_url
 
 Q = queue_keys("tests")
 

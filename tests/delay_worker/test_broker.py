@@ -26,9 +26,9 @@ from delayqueue.worker.publishers import (
     publisher_for,
 )
 from delayqueue.worker.redis_list_publisher import SEND_TASK_SENDS_TASK_LIMITS
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.waiting import wait_for
 
 PORT = int(os.environ["DQ_TEST_REDIS_PORT"])
 DB = 4  # broker databases of these tests (DB and DB + 1): the Celery worker uses 1, test_worker 2

@@ -21,9 +21,9 @@ import delayqueue
 from delayqueue.engine import presence
 from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.worker.handoff import REFRESH_SECONDS, START_CHECK_SECONDS
-from tests.conftest import wait_for
 from tests.setups import burst_tasks
 from tests.support.processes import Process, child_env
+from tests.support.waiting import wait_for
 
 Q = queue_keys("setups")
 BURST = 1_000  # far past the batched hand-off's threshold (64 due at once)

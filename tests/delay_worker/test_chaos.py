@@ -1,6 +1,6 @@
-"""The chaos suite, short form: each scenario of tests/chaos.py with ~1,000 jobs over a few
-seconds while real processes are killed, the broker or Redis goes away, or the delay
-worker's clock is minutes off. Every acknowledged job must run: 0 lost, none left pending.
+"""The chaos suite, short form: each scenario of tests/chaos/scenarios.py with ~1,000 jobs
+over a few seconds while real processes are killed, the broker or Redis goes away, or the
+delay worker's clock is minutes off. Every acknowledged job must run: 0 lost, none left pending.
 The long form: ``python -m tests.chaos --soak``."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from django.test import override_settings
 from delayqueue import RedisUnavailable
 from delayqueue.engine.keys import queue_keys
 from delayqueue.worker.loop import DelayWorker
-from tests.chaos import SCENARIOS, Scenario, run_scenario
-from tests.failover_chaos import SHORT as FAILOVER_SHORT
-from tests.failover_chaos import FailoverScenario, run_failover
+from tests.chaos.failover import SHORT as FAILOVER_SHORT
+from tests.chaos.failover import FailoverScenario, run_failover
+from tests.chaos.scenarios import SCENARIOS, Scenario, run_scenario
 from tests.support import jobs
 
 
@@ -83,7 +83,7 @@ def test_worker_pass_on_a_paused_redis_raises_redis_unavailable(r: redis.Redis) 
         worker.run_pass()  # and it carries on once Redis answers again
 
 
-# ---- failover of delayqueue's Redis master (tests/failover_chaos.py) --------------------------
+# ---- failover of delayqueue's Redis master (tests/chaos/failover.py) --------------------------
 
 
 @pytest.mark.timeout(150)

@@ -20,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import delayqueue
 from delayqueue.engine.keys import global_keys, queue_keys
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.processes import ROOT, Process, child_env
 from tests.support.redis_server import free_port
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,8 +15,8 @@ from django.test import Client, override_settings
 import delayqueue
 from delayqueue.engine.keys import queue_keys
 from orders_demo.models import Order, Product
-from tests.conftest import wait_for
 from tests.support import jobs
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.processes import Process
+from tests.support.waiting import wait_for
 
 
 @pytest.mark.parametrize(

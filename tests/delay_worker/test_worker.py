@@ -16,8 +16,8 @@ from django.test import override_settings
 from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import current_minute, new_job_id, queue_keys
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import celery_app_on, parked_broker_url
 from tests.support import jobs
+from tests.support.celery_apps import celery_app_on, parked_broker_url
 from tests.support.redis_server import free_port
 
 Q = queue_keys("tests")

@@ -30,8 +30,8 @@ from delayqueue.engine.keys import current_minute, global_keys, new_job_id, queu
 from delayqueue.runner.job import run_job
 from delayqueue.wire import RUN_BATCH, valid_dispatch
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import celery_app_on, wait_for
 from tests.support import jobs
+from tests.support.celery_apps import celery_app_on
 from tests.support.corrupt import (
     NOT_UTF8,
     PICKLE,
@@ -47,6 +47,7 @@ from tests.support.corrupt import (
     take_messages,
 )
 from tests.support.fuzzing import examples
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db]
 

@@ -23,8 +23,8 @@ from delayqueue.engine.clients import redis_now_ms
 from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, global_keys, queue_keys
 from delayqueue.engine.packing import SPEC_FIELDS
-from tests.conftest import delayqueue_redis
 from tests.support import jobs
+from tests.support.data_redis import delayqueue_redis
 from tests.support.fuzzing import examples
 from tests.support.stored import packed_specs, stored_job
 

@@ -20,9 +20,9 @@ import redis
 
 from delayqueue.engine.keys import queue_keys
 from delayqueue.services import operations
-from tests.conftest import wait_for
 from tests.support import limit_tasks
 from tests.support.processes import Process, child_env
+from tests.support.waiting import wait_for
 
 Q = queue_keys(limit_tasks.QUEUE)
 SKEW = 0.3  # seconds: the spread of claim -> start latency allowed on this shared machine

@@ -27,10 +27,11 @@ from delayqueue import signals
 from delayqueue.engine.keys import global_keys, new_job_id, queue_keys
 from delayqueue.observability.metrics import metrics_view
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import parked_broker_url, wait_for
 from tests.support import jobs
+from tests.support.celery_apps import parked_broker_url
 from tests.support.processes import ROOT, Process, child_env
 from tests.support.redis_server import free_port
+from tests.support.waiting import wait_for
 
 Q = queue_keys("tests")
 DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"

@@ -1,6 +1,6 @@
 """The periodic chaos, short form: three delay workers, one SIGKILLed every few seconds and
 started again, an every-second schedule for 20 seconds; every occurrence of the window ran
-exactly once. Long form: ``python -m tests.periodic_chaos --seconds 120``."""
+exactly once. Long form: ``python -m tests.chaos.periodic --seconds 120``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from tests import periodic_chaos
+from tests.chaos import periodic as periodic_chaos
 
 
 def test_every_occurrence_runs_once_while_delay_workers_are_killed(

@@ -28,10 +28,10 @@ from delayqueue.periodic import declare as declaring
 from delayqueue.periodic import planner, registry
 from delayqueue.periodic.identity import occurrence_id
 from delayqueue.services import schedules as schedule_service
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.admin_pages import text, url, user_client
 from tests.support.states import redis_ms
+from tests.support.waiting import wait_for
 
 Q = "periodic"
 MINUTE = 60_000

@@ -28,9 +28,9 @@ import delayqueue
 from delayqueue.engine.keys import queue_keys
 from orders_demo.models import Order, Product
 from orders_demo.views import close_job_key
-from tests.conftest import wait_for
 from tests.support.processes import ROOT, Process, default_signals
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.waiting import wait_for
 
 
 def demo_env(tmp_path: Path, redis_url: str, **extra: str) -> dict[str, str]:

@@ -22,9 +22,9 @@ from delayqueue.engine.clients import redis_now_ms
 from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import STATS_TTL_SECONDS, current_minute, global_keys, queue_keys
 from orders_demo.models import Product
-from tests.conftest import command_calls
 from tests.support import jobs
 from tests.support.corrupt import keys_of_the_test
+from tests.support.data_redis import command_calls
 from tests.support.stored import stored_job
 
 SCHEDULED = queue_keys("tests").scheduled

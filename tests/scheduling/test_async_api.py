@@ -35,8 +35,8 @@ from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.engine.shards import shard_for, shard_names
 from delayqueue.signals import job_scheduled
 from orders_demo.models import Product
-from tests.conftest import TOPOLOGY, command_calls, only_on
 from tests.support import jobs
+from tests.support.data_redis import TOPOLOGY, command_calls, only_on
 from tests.support.stored import stored_job
 
 T = TypeVar("T")

@@ -21,10 +21,10 @@ from redis.cluster import RedisCluster
 
 from delayqueue.engine.keys import queue_keys
 from orders_demo.models import Order, Product
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.processes import Process, child_env
 from tests.support.redis_server import free_port
+from tests.support.waiting import wait_for
 
 CLIENTS = 50
 Q = queue_keys("tests")

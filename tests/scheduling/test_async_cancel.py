@@ -19,8 +19,8 @@ import redis
 
 import delayqueue
 from delayqueue.engine.keys import queue_keys
-from tests.conftest import only_on
 from tests.support import jobs
+from tests.support.data_redis import only_on
 from tests.support.stored import stored_job
 
 pytestmark = only_on("single")  # CLIENT PAUSE on the one server

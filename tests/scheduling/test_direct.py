@@ -7,20 +7,23 @@ import os
 import socket
 import threading
 import time
+from typing import Any
 
 import hiredis
 import pytest
 import redis
 from redis._parsers import BaseParser
 
+from delayqueue.engine import clients as connection
 from delayqueue.engine import direct as direct_path
 from delayqueue.engine import execution, transitions
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import RedisUnavailable
 from delayqueue.producer import client as queue
 from delayqueue.producer import writes
-from tests.conftest import command_calls, only_on
 from tests.support import jobs
+from tests.support.data_redis import command_calls, only_on
+from tests.support.redis_server import RedisServer
 
 # On a cluster delay_for takes the cluster client's path (test_cluster.py says so).
 pytestmark = only_on("single", "sentinel")
@@ -260,21 +263,33 @@ def test_error_replies_read_off_the_socket_are_raised_as_redis_py_raises_them(
         theirs.close()
 
 
-def test_an_idle_direct_connection_is_checked_with_a_ping_first(r: redis.Redis) -> None:
+@only_on("single")
+def test_an_idle_direct_connection_is_checked_with_a_ping_first(settings: Any) -> None:
     """redis-py's health check (health_check_interval), which the direct read path makes
     itself: after that long idle, a PING before the call, so a connection dropped without a
-    word is replaced before the job is sent."""
-    jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert direct_path._direct is not None
-    (idle,) = direct_path._direct._idle
-    setattr(idle.connection, "health_check_interval", 0.2)  # noqa: B010  (typed int)
-    pings = command_calls(r, "ping")
-    jobs.record.delay_for("at once", seconds=60, on_commit=False)
-    assert command_calls(r, "ping") == pings  # used a moment ago: no PING
-    time.sleep(0.3)
-    jobs.record.delay_for("after idling", seconds=60, on_commit=False)
-    assert command_calls(r, "ping") == pings + 1
-    assert r.zcard(SCHEDULED) == 3
+    word is replaced before the job is sent. On a server of its own: every PING that server
+    counts is this test's (the suite's server has other clients, the session's Celery worker
+    among them, whose own health checks may fall in the window)."""
+    server = RedisServer().start()
+    try:
+        settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_URL": server.url}
+        connection.reset()
+        r = server.client()
+        jobs.record.delay_for("first", seconds=60, on_commit=False)
+        assert direct_path._direct is not None
+        (idle,) = direct_path._direct._idle
+        setattr(idle.connection, "health_check_interval", 0.2)  # noqa: B010  (typed int)
+        pings = command_calls(r, "ping")
+        jobs.record.delay_for("at once", seconds=60, on_commit=False)
+        assert command_calls(r, "ping") == pings  # used a moment ago: no PING
+        time.sleep(0.3)
+        jobs.record.delay_for("after idling", seconds=60, on_commit=False)
+        assert command_calls(r, "ping") == pings + 1
+        assert r.zcard(SCHEDULED) == 3
+        r.close()
+    finally:
+        connection.reset()
+        server.cleanup()
 
 
 def test_a_socket_of_another_kind_keeps_pythons_timeout() -> None:

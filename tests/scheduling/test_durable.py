@@ -21,8 +21,8 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import InvalidOption, NotDurable
 from delayqueue.runner.job import run_job
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import command_calls, only_on
 from tests.support import jobs
+from tests.support.data_redis import command_calls, only_on
 from tests.support.topologies import MASTER_NAME, ClusterSet, SentinelSet
 
 Q = queue_keys("tests")

@@ -18,8 +18,8 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.shards import shard_for, shard_names
 from delayqueue.errors import InvalidOption, InvalidQueueName
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import command_calls
 from tests.support import jobs
+from tests.support.data_redis import command_calls
 
 SHARDS = [f"sharded~{i}" for i in range(4)]
 

@@ -16,10 +16,10 @@ from delayqueue.engine.execution import run
 from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.engine.packing import pack
 from delayqueue.errors import NotSerializable
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.corrupt import keys_of_the_test
 from tests.support.processes import Process
+from tests.support.waiting import wait_for
 
 Q = queue_keys("tests")
 ENVELOPES = [

@@ -18,7 +18,7 @@ from kombu.utils.json import loads as kombu_loads
 from delayqueue.engine.keys import global_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.runner.job import run_job
-from tests.conftest import parked_broker_url
+from tests.support.celery_apps import parked_broker_url
 
 BROKER_QUEUE = "celery"  # Celery's default queue list on the broker
 RUN_TASK = "delayqueue.run_task"

@@ -86,6 +86,17 @@ def cleanup_on_exit(*callbacks: Callable[[], object]) -> None:
             signal.signal(sig, on_signal)
 
 
+WORKER_FOLDERS = "worker-folders"  # in a test run's folder: the folders its workers made
+
+
+def remove_listed(folder: str) -> None:
+    """Remove the folders listed in ``folder``'s ``WORKER_FOLDERS`` file, if any."""
+    listed = Path(folder) / WORKER_FOLDERS
+    if listed.exists():
+        for line in listed.read_text().splitlines():
+            shutil.rmtree(line, ignore_errors=True)
+
+
 class RedisServer:
     """One redis-server process. ``restart()`` keeps port and data directory (for AOF tests)."""
 
@@ -101,6 +112,7 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.binary = binary
+        self.own_port = port is None  # a port of its choosing: another one if it is taken
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="dq-redis-"))
         self.appendonly = appendonly
@@ -129,8 +141,7 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while True:
             try:
-                self.run_id = str(self.client().info("server")["run_id"])
-                return self
+                info = self.client().info("server")
             except redis.ConnectionError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     log = (
@@ -142,6 +153,17 @@ class RedisServer:
                         f"redis-server did not start on {self.port}: {log}"
                     ) from None
                 time.sleep(0.02)
+                continue
+            if int(info["process_id"]) == self.process.pid:
+                self.run_id = str(info["run_id"])
+                return self
+            # Another process's server took the port between free_port() and this start
+            # (test runs in parallel): this one cannot listen there.
+            self.stop(kill=True)
+            if not self.own_port or self.run_id is not None:  # (a restart keeps its port)
+                raise RuntimeError(f"port {self.port} is another redis-server's")
+            self.port = free_port()
+            return self.start()
 
     def stop(self, *, kill: bool = False) -> None:
         if self.process is None:

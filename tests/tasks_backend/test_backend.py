@@ -37,9 +37,9 @@ from delayqueue.engine.keys import (  # noqa: E402
 )
 from delayqueue.errors import InvalidDelay, NotSerializable, PayloadTooLarge  # noqa: E402
 from delayqueue.tasks_backend import DelayQueueBackend  # noqa: E402
-from tests.conftest import wait_for  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
 from tests.support.stored import stored_job  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -217,7 +217,8 @@ def test_aenqueue_and_aget_result_on_the_event_loop(r: redis.Redis) -> None:
         asyncio.run(compat.task_backends["default"].aget_result(new_job_id()))
 
 
-@pytest.mark.parametrize("result_id", ["nope", "", new_job_id()])
+# (ids of their own: the fresh id differs in each pytest-xdist worker's collection)
+@pytest.mark.parametrize("result_id", ["nope", "", new_job_id()], ids=["nope", "empty", "fresh"])
 def test_an_unknown_id_does_not_exist(result_id: str) -> None:
     with pytest.raises(compat.TaskResultDoesNotExist):
         compat.task_backends["default"].get_result(result_id)

@@ -28,10 +28,10 @@ from delayqueue.django_tasks.job_args import PRIORITY  # noqa: E402
 from delayqueue.django_tasks.results import MAX_KEPT, MAX_TRACEBACK_CHARS  # noqa: E402
 from delayqueue.engine.keys import TaskResultField, queue_keys  # noqa: E402
 from delayqueue.wire import decode_args  # noqa: E402
-from tests.conftest import wait_for  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
 from tests.support.processes import ROOT, child_env  # noqa: E402
 from tests.support.stored import stored_job  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

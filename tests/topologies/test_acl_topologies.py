@@ -90,18 +90,14 @@ def run_the_cycle(parked_celery: Celery, *, durable: bool) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterSet]:
-    """A cluster of 3 masters and 3 replicas; on every node (replicas too: ACL users are
-    not replicated, and a promoted replica needs them) a user without WAIT and one with."""
-    topology = ClusterSet().start()
-    try:
-        for port in topology.ports:
-            with topology.server_on(port).client() as node:
-                data_user(node, "dq", CLUSTER_COMMANDS)
-                data_user(node, "dq-durable", CLUSTER_COMMANDS, DURABLE_COMMANDS)
-        yield topology
-    finally:
-        topology.cleanup()
+def cluster(cluster_set: ClusterSet) -> ClusterSet:
+    """The module's cluster (3 masters, 3 replicas); on every node (replicas too: ACL users
+    are not replicated, and a promoted replica needs them) a user without WAIT and one with."""
+    for port in cluster_set.ports:
+        with cluster_set.server_on(port).client() as node:
+            data_user(node, "dq", CLUSTER_COMMANDS)
+            data_user(node, "dq-durable", CLUSTER_COMMANDS, DURABLE_COMMANDS)
+    return cluster_set
 
 
 def point_at_cluster(

@@ -24,71 +24,63 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.shards import shard_names
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import info_everywhere, wait_for
 from tests.support import jobs
+from tests.support.data_redis import info_everywhere
 from tests.support.redis_server import free_port
 from tests.support.topologies import ClusterSet
+from tests.support.waiting import wait_for
 
 SOCKET_TIMEOUT = 2.0
 
 
-@pytest.fixture(scope="module")
-def topology() -> Iterator[ClusterSet]:
-    topology = ClusterSet().start()
-    try:
-        yield topology
-    finally:
-        topology.cleanup()
-
-
-def point_delayqueue_at(topology: ClusterSet, settings: Any) -> redis.Redis:
+def point_delayqueue_at(cluster_set: ClusterSet, settings: Any) -> redis.Redis:
     """DELAYQUEUE on the cluster (emptied first); a cluster client to look at it."""
-    topology.flush()
+    cluster_set.flush()
     settings.DELAYQUEUE = {
         **settings.DELAYQUEUE,
-        "REDIS_URL": topology.url,
+        "REDIS_URL": cluster_set.url,
         "REDIS_CLUSTER": True,
         "SOCKET_TIMEOUT": SOCKET_TIMEOUT,
     }
-    return clients.ClusterClient(startup_nodes=topology.startup_nodes, decode_responses=True)  # type: ignore[return-value]
+    return clients.ClusterClient(startup_nodes=cluster_set.startup_nodes, decode_responses=True)  # type: ignore[return-value]
 
 
 @pytest.fixture
-def cluster(topology: ClusterSet, settings: Any) -> Iterator[redis.Redis]:
-    client = point_delayqueue_at(topology, settings)
+def cluster(cluster_set: ClusterSet, settings: Any) -> Iterator[redis.Redis]:
+    client = point_delayqueue_at(cluster_set, settings)
     yield client
     client.close()
 
 
-def queues_on_every_master(topology: ClusterSet) -> dict[int, str]:
+def queues_on_every_master(cluster_set: ClusterSet) -> dict[int, str]:
     """master port -> a queue name whose keys that master holds."""
     found: dict[int, str] = {}
     for i in range(200):
         name = f"q{i}"
-        port = topology.master_of(queue_keys(name).scheduled).port
+        port = cluster_set.master_of(queue_keys(name).scheduled).port
         found.setdefault(port, name)
-        if len(found) == len(topology.masters()):
+        if len(found) == len(cluster_set.masters()):
             return found
     raise AssertionError("no queue name for some master")
 
 
-def scheduled_on(topology: ClusterSet, port: int, queue: str) -> set[str]:
+def scheduled_on(cluster_set: ClusterSet, port: int, queue: str) -> set[str]:
     """The ids a master itself holds in a queue's schedule (a plain client: no redirects)."""
-    with topology.server_on(port).client() as node:
+    with cluster_set.server_on(port).client() as node:
         return set(node.zrange(queue_keys(queue).scheduled, 0, -1))
 
 
 def test_each_queue_lives_on_the_master_of_its_slot(
-    cluster: redis.Redis, topology: ClusterSet
+    cluster: redis.Redis, cluster_set: ClusterSet
 ) -> None:
-    by_master = queues_on_every_master(topology)
+    by_master = queues_on_every_master(cluster_set)
     assert len(by_master) == 3
     made = {
         port: delayqueue.enqueue(jobs.record, (port,), queue=queue, delay=60, on_commit=False)
         for port, queue in by_master.items()
     }
     for port, queue in by_master.items():
-        assert scheduled_on(topology, port, queue) == {made[port].id}
+        assert scheduled_on(cluster_set, port, queue) == {made[port].id}
     assert isinstance(get_redis(), clients.ClusterClient)
     # delay_for takes the cluster client's path, not direct connections to one node
     job = jobs.record.delay_for("direct?", seconds=60, key="k1", on_commit=False)
@@ -99,22 +91,22 @@ def test_each_queue_lives_on_the_master_of_its_slot(
 
 
 def test_a_sharded_queue_spreads_over_the_masters(
-    cluster: redis.Redis, topology: ClusterSet
+    cluster: redis.Redis, cluster_set: ClusterSet
 ) -> None:
     made = jobs.sharded.delay_many([(i,) for i in range(40)], seconds=60, on_commit=False)
     masters = {
-        topology.master_of(queue_keys(shard).scheduled).port for shard in shard_names("sharded")
+        cluster_set.master_of(queue_keys(shard).scheduled).port for shard in shard_names("sharded")
     }
     assert len(masters) >= 2  # 4 shards, 4 hash tags: not all on one master
     for job in made:
-        on = topology.master_of(queue_keys(job.queue).scheduled).port
-        assert job.id in scheduled_on(topology, on, job.queue)
+        on = cluster_set.master_of(queue_keys(job.queue).scheduled).port
+        assert job.id in scheduled_on(cluster_set, on, job.queue)
 
 
 def test_one_worker_pass_claims_from_queues_on_every_master(
-    cluster: redis.Redis, topology: ClusterSet, parked_celery: Celery
+    cluster: redis.Redis, cluster_set: ClusterSet, parked_celery: Celery
 ) -> None:
-    by_master = queues_on_every_master(topology)
+    by_master = queues_on_every_master(cluster_set)
     due = {
         queue: {
             delayqueue.enqueue(jobs.record, (i,), queue=queue, delay=0, on_commit=False).id
@@ -127,7 +119,7 @@ def test_one_worker_pass_claims_from_queues_on_every_master(
     claimed = {queue: {job.id for job in result.claimed if job.queue == queue} for queue in due}
     assert claimed == due
     for port, queue in by_master.items():
-        with topology.server_on(port).client() as node:
+        with cluster_set.server_on(port).client() as node:
             assert set(node.zrange(queue_keys(queue).inflight, 0, -1)) == due[queue]
     # each master ran its own queue's scripts: the pass was split by node, not sent to one
     calls = _evalsha_calls(cluster)
@@ -148,9 +140,9 @@ def _primaries(cluster: redis.Redis) -> list[int]:
 
 
 def test_the_wake_channel_wakes_a_worker_subscribed_on_another_node(
-    cluster: redis.Redis, topology: ClusterSet, parked_celery: Celery
+    cluster: redis.Redis, cluster_set: ClusterSet, parked_celery: Celery
 ) -> None:
-    by_master = queues_on_every_master(topology)
+    by_master = queues_on_every_master(cluster_set)
     worker = DelayWorker(list(by_master.values()), celery_app=parked_celery)
     worker._refresh_queues()  # subscribes to the queues' wake channels
     listening = worker.wake.port
@@ -173,17 +165,17 @@ def test_failover_keeps_replicated_jobs_and_the_same_client_recovers(
     """A SIGKILLed master's replica takes over its slots; jobs the replica had survive; the
     client made before, never reset, reaches the new master; meanwhile a caller sees
     delayqueue's RedisUnavailable, each call within a bounded time."""
-    with ClusterSet() as topology:
-        point_delayqueue_at(topology, settings).close()
+    with ClusterSet() as cluster_set:
+        point_delayqueue_at(cluster_set, settings).close()
         queue = queue_keys("tests")
         written = [jobs.record.delay_for(i, seconds=0, on_commit=False) for i in range(20)]
-        master = topology.master_of(queue.scheduled)
+        master = cluster_set.master_of(queue.scheduled)
         with master.client() as node:
             node.set(f"marker{{{'tests'}}}", "1")
             assert node.execute_command("WAIT", 1, 1000) == 1
 
         errors: list[tuple[float, DelayQueueError]] = []
-        killed = threading.Thread(target=lambda: topology.kill_master(master.port))
+        killed = threading.Thread(target=lambda: cluster_set.kill_master(master.port))
         killed.start()
         started = time.monotonic()
         after = None
@@ -204,9 +196,9 @@ def test_failover_keeps_replicated_jobs_and_the_same_client_recovers(
         assert all(isinstance(exc, RedisUnavailable) for _, exc in errors), errors
         assert recovered < 20
 
-        new_master = topology.master_of(queue.scheduled)
+        new_master = cluster_set.master_of(queue.scheduled)
         assert new_master.port != master.port
-        ids = scheduled_on(topology, new_master.port, "tests")
+        ids = scheduled_on(cluster_set, new_master.port, "tests")
         assert {job.id for job in written} <= ids and after.id in ids
 
         claimed = wait_for(lambda: _claim(parked_celery), timeout=10, interval=0.2)
@@ -218,7 +210,7 @@ def test_failover_keeps_replicated_jobs_and_the_same_client_recovers(
         settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_URL": dead}
         with pytest.raises(RedisUnavailable):
             jobs.record.delay_for("via the dead node", seconds=60, on_commit=False)
-        settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_URL": f"{dead};{topology.url}"}
+        settings.DELAYQUEUE = {**settings.DELAYQUEUE, "REDIS_URL": f"{dead};{cluster_set.url}"}
         assert jobs.record.delay_for("via the next", seconds=60, on_commit=False).id
         with capsys.disabled():
             longest = max((t for t, _ in errors), default=0)

@@ -25,32 +25,23 @@ from delayqueue.engine.sentinel import parse_sentinel_url
 from delayqueue.errors import DelayQueueError, InvalidOption, RedisUnavailable
 from delayqueue.redaction import redact_url
 from delayqueue.worker.loop import DelayWorker
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.redis_server import free_port
 from tests.support.topologies import MASTER_NAME, SentinelSet
+from tests.support.waiting import wait_for
 
 Q = queue_keys("tests")
 SOCKET_TIMEOUT = 2.0
 
 
-@pytest.fixture(scope="module")
-def topology() -> Iterator[SentinelSet]:
-    topology = SentinelSet().start()
-    try:
-        yield topology
-    finally:
-        topology.cleanup()
-
-
-def point_delayqueue_at(topology: SentinelSet, settings: Any) -> redis.Redis:
+def point_delayqueue_at(sentinel_set: SentinelSet, settings: Any) -> redis.Redis:
     """DELAYQUEUE on the Sentinel set (its master emptied first); a plain client of the
     master the sentinels name, to look at what delayqueue wrote."""
-    master = topology.master_client()
+    master = sentinel_set.master_client()
     master.flushall()  # a server this module started (tests/support/topologies.py)
     settings.DELAYQUEUE = {
         **settings.DELAYQUEUE,
-        "REDIS_URL": topology.url,
+        "REDIS_URL": sentinel_set.url,
         "SENTINEL_MASTER": MASTER_NAME,
         "SOCKET_TIMEOUT": SOCKET_TIMEOUT,
     }
@@ -58,8 +49,8 @@ def point_delayqueue_at(topology: SentinelSet, settings: Any) -> redis.Redis:
 
 
 @pytest.fixture
-def master(topology: SentinelSet, settings: Any) -> Iterator[redis.Redis]:
-    client = point_delayqueue_at(topology, settings)
+def master(sentinel_set: SentinelSet, settings: Any) -> Iterator[redis.Redis]:
+    client = point_delayqueue_at(sentinel_set, settings)
     yield client
     client.close()
 
@@ -73,7 +64,7 @@ def _address(client: redis.Redis) -> tuple[str, int]:
 
 
 def test_delay_for_cancel_and_reschedule_land_on_the_master_the_sentinels_name(
-    master: redis.Redis, r: redis.Redis, topology: SentinelSet
+    master: redis.Redis, r: redis.Redis, sentinel_set: SentinelSet
 ) -> None:
     job = jobs.record.delay_for("a", hours=1, key="order:1", on_commit=False)
     other = delayqueue.enqueue(jobs.record, ("b",), delay=3600, on_commit=False)
@@ -97,7 +88,7 @@ def test_delay_for_cancel_and_reschedule_land_on_the_master_the_sentinels_name(
 
 
 def test_the_direct_path_runs_on_the_master_and_reloads_a_lost_script(
-    master: redis.Redis, topology: SentinelSet
+    master: redis.Redis, sentinel_set: SentinelSet
 ) -> None:
     first = jobs.record.delay_for("first", seconds=60, on_commit=False)
     assert direct_path._direct is not None
@@ -110,7 +101,7 @@ def test_the_direct_path_runs_on_the_master_and_reloads_a_lost_script(
 
 
 def test_a_direct_connection_on_a_demoted_master_reconnects_to_the_master(
-    master: redis.Redis, topology: SentinelSet
+    master: redis.Redis, sentinel_set: SentinelSet
 ) -> None:
     """A server that answers READONLY (the old master, demoted) is left for the master the
     sentinels name; the call is sent there and the job is not lost."""
@@ -118,7 +109,7 @@ def test_a_direct_connection_on_a_demoted_master_reconnects_to_the_master(
     assert direct_path._direct is not None
     (idle,) = direct_path._direct._idle
     connection = idle.connection
-    replica = next(s for s in topology.servers if s is not topology.master)
+    replica = next(s for s in sentinel_set.servers if s is not sentinel_set.master)
     connection.disconnect()
     connection.connect_to(("127.0.0.1", replica.port))  # type: ignore[attr-defined]
     job = jobs.record.delay_for("after READONLY", seconds=60, on_commit=False)
@@ -153,7 +144,7 @@ def test_the_wake_channel_wakes_a_sleeping_worker_through_sentinel(
 
 
 def test_a_celery_broker_on_sentinel_receives_the_dispatch(
-    master: redis.Redis, topology: SentinelSet, monkeypatch: pytest.MonkeyPatch
+    master: redis.Redis, sentinel_set: SentinelSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Celery's own broker on the same Sentinel set (kombu's sentinel:// with master_name):
     the worker's fast path writes the message onto the master's list through kombu's
@@ -161,10 +152,10 @@ def test_a_celery_broker_on_sentinel_receives_the_dispatch(
     import json
 
     from delayqueue.worker.publishers import RedisListPublisher
-    from tests.conftest import celery_app_on
+    from tests.support.celery_apps import celery_app_on
 
     monkeypatch.delenv("CELERY_BROKER_URL")
-    app = celery_app_on(topology.url_for(1))
+    app = celery_app_on(sentinel_set.url_for(1))
     app.conf.broker_transport_options = {"master_name": MASTER_NAME}
     job = jobs.record.delay_for("to celery", seconds=0, on_commit=False)
     worker = DelayWorker(["tests"], celery_app=app)
@@ -184,18 +175,18 @@ def test_credentials_for_the_master_in_the_url_and_for_the_sentinels_in_their_op
 ) -> None:
     """kombu's split: the URL's user and password are the master's, SENTINEL_KWARGS holds the
     sentinels' own; neither password shows in an error."""
-    with SentinelSet(sentinel_password="sentinel-secret-1") as topology:
-        master = point_delayqueue_at(topology, settings)
+    with SentinelSet(sentinel_password="sentinel-secret-1") as sentinel_set:
+        master = point_delayqueue_at(sentinel_set, settings)
         master.execute_command(
             "ACL", "SETUSER", "dq", "reset", "on", ">master-secret-2", "~dq:*", "&dq:*", "+@all"
         )
-        for sentinel in topology.sentinels:  # docs/topologies.md: the least a client needs
+        for sentinel in sentinel_set.sentinels:  # docs/topologies.md: the least a client needs
             with sentinel.client() as on_sentinel:
                 on_sentinel.execute_command(
                     "ACL", "SETUSER", "dq-sentinel", "reset", "on", ">sentinel-secret-3",
                     "+sentinel|masters",
                 )  # fmt: skip
-        first, rest = topology.url.split(";", 1)
+        first, rest = sentinel_set.url.split(";", 1)
         url = first.replace("sentinel://", "sentinel://dq:master-secret-2@") + ";" + rest
         settings.DELAYQUEUE = {
             **settings.DELAYQUEUE,
@@ -206,7 +197,7 @@ def test_credentials_for_the_master_in_the_url_and_for_the_sentinels_in_their_op
         assert master.zscore(Q.scheduled, job.id) is not None
         users = {entry["user"] for entry in master.client_list()}
         assert "dq" in users  # delayqueue's connections logged in with the URL's user
-        for sentinel in topology.sentinels:
+        for sentinel in sentinel_set.sentinels:
             with sentinel.client() as on_sentinel:
                 refused = on_sentinel.execute_command("ACL", "LOG")
             assert not [e for e in refused if b"dq-sentinel" in repr(e).encode()], refused
@@ -229,23 +220,25 @@ def test_failover_keeps_acknowledged_jobs_and_the_same_client_recovers(
     before the failover, never reset, writes to the promoted replica within seconds, and
     what a caller sees meanwhile is delayqueue's RedisUnavailable, each call within
     SOCKET_TIMEOUT."""
-    with SentinelSet() as topology:
-        old_master = point_delayqueue_at(topology, settings)
+    with SentinelSet() as sentinel_set:
+        old_master = point_delayqueue_at(sentinel_set, settings)
         written = [jobs.record.delay_for(i, seconds=0, on_commit=False) for i in range(20)]
         # Replication is asynchronous: a write of this connection, then WAIT for the replica
         # to acknowledge it (and so everything before it), separates that from this test.
         old_master.set("test:marker", "1")
         assert old_master.execute_command("WAIT", 1, 1000) == 1
-        replica = next(s for s in topology.servers if s is not topology.master)
+        replica = next(s for s in sentinel_set.servers if s is not sentinel_set.master)
         with replica.client() as on_replica:
             assert on_replica.zcard(Q.scheduled) == 20
         old_master.close()
         get_redis().ping()  # a pooled connection to the old master, besides the direct one
 
-        topology.kill_master_only()
+        sentinel_set.kill_master_only()
         started = time.monotonic()
         promoted: list[float] = []
-        thread = threading.Thread(target=lambda: promoted.append(topology.wait_for_failover()[1]))
+        thread = threading.Thread(
+            target=lambda: promoted.append(sentinel_set.wait_for_failover()[1])
+        )
         thread.start()
         errors: list[tuple[float, float, DelayQueueError]] = []
         after = None
@@ -264,7 +257,7 @@ def test_failover_keeps_acknowledged_jobs_and_the_same_client_recovers(
         assert max((took for _, took, _ in errors), default=0) < SOCKET_TIMEOUT + 0.5
         assert recovered < 15
 
-        new_master = topology.master_client()
+        new_master = sentinel_set.master_client()
         assert new_master.info("server")["tcp_port"] == replica.port
         assert new_master.zcard(Q.scheduled) == 21
         on_new = set(new_master.zrange(Q.scheduled, 0, -1))

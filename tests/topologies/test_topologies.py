@@ -41,7 +41,8 @@ PARENT_ONLY = re.compile(r"DQ_TEST_.*|REDIS_URL|REDIS_CLUSTER|CELERY_BROKER_URL|
 def _run_on(topology: str, modules: list[str]) -> subprocess.CompletedProcess[str]:
     env = {name: value for name, value in os.environ.items() if not PARENT_ONLY.fullmatch(name)}
     env.update(DQ_TEST_TOPOLOGY=topology, PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    # in the child process itself, without pytest-xdist workers (each would start a topology)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0"]
     return subprocess.run(
         [*command, *modules],
         cwd=ROOT,

@@ -17,9 +17,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.conftest import parked_broker_url, wait_for
+from tests.support.celery_apps import parked_broker_url
 from tests.support.processes import Process, child_env
 from tests.support.telemetry import read_spans
+from tests.support.waiting import wait_for
 
 _exporter = InMemorySpanExporter()
 

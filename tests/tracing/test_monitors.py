@@ -15,9 +15,9 @@ from django.test import override_settings
 from delayqueue.conf import get_settings
 from delayqueue.integrations.sentry_crons import monitor_config
 from delayqueue.periodic.registry import Declared
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.telemetry import SentryEndpoint
+from tests.support.waiting import wait_for
 
 RECORD, FAILS = jobs.record.name, jobs.always_fails.name
 

@@ -18,9 +18,9 @@ from delayqueue.engine.execution import run
 from delayqueue.engine.keys import JobField, new_job_id, queue_keys
 from delayqueue.engine.packing import pack
 from delayqueue.integrations.trace_context import trace_id
-from tests.conftest import wait_for
 from tests.support import jobs
 from tests.support.stored import packed_specs, stored_job
+from tests.support.waiting import wait_for
 
 Q = queue_keys("tests")
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

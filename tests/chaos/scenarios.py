@@ -547,7 +547,7 @@ def print_table(results: list[Accounting]) -> None:
 
 def _setup_django() -> None:
     """Django set up; ``DQ_CHAOS_DELAYQUEUE`` (JSON), when set, is laid over DELAYQUEUE
-    first: how tests/failover_chaos.py points the workers at a Sentinel set or a cluster,
+    first: how tests/chaos/failover.py points the workers at a Sentinel set or a cluster,
     DURABLE on or off. Before ``django.setup()``, so nothing has read the settings yet."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     import django

@@ -3,7 +3,7 @@ workers (each reconciling it when it starts), one SIGKILLed every few seconds an
 again, a real Celery worker running each occurrence. Afterwards every occurrence of the
 window must have run exactly once (by its job id: the schedule's name and its instant).
 
-    .venv/bin/python -m tests.periodic_chaos [--seconds 120] [--workers 3]
+    .venv/bin/python -m tests.chaos.periodic [--seconds 120] [--workers 3]
 
 The test command runs a short form (tests/periodic/test_periodic_chaos.py)."""
 

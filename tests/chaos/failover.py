@@ -8,7 +8,7 @@ killed server is started again at once as a replica of the new master (what a su
 does), so the next kill, and durable writes, have a replica again. The Celery broker and
 the ledger of runs stay single redis-servers of their own (Celery has no Cluster
 transport). Processes: a Celery worker (prefork, 2) and two delay workers, started as in
-tests/chaos.py, with DELAYQUEUE laid over by ``DQ_CHAOS_DELAYQUEUE``.
+tests/chaos/scenarios.py, with DELAYQUEUE laid over by ``DQ_CHAOS_DELAYQUEUE``.
 
 Producers (threads of this process) call ``chaos_job.delay_for(tag, key=tag)``, one job a
 call, due ``MIN_DELAY``-``MIN_DELAY + spread`` s later. A call that raises is sent again
@@ -29,7 +29,7 @@ that long before the kill (see ``kill_master``), the case WAIT is for. With ``du
 a replica before it returns, and none may be lost.
 
 Short form: tests/delay_worker/test_chaos.py. Long form: ``python -m tests.long_run --failover``, or
-``python -m tests.failover_chaos --minutes N``.
+``python -m tests.chaos.failover --minutes N``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Any, Literal, cast
 import redis
 
 from delayqueue.engine.keys import queue_keys
-from tests.chaos import DELAY_WORKER_ARGS, OVERRIDE_ENV, QUEUE, Child, celery_worker_child
+from tests.chaos.scenarios import DELAY_WORKER_ARGS, OVERRIDE_ENV, QUEUE, Child, celery_worker_child
 from tests.support.processes import child_env
 from tests.support.redis_server import RedisServer
 from tests.support.topologies import MASTER_NAME, ClusterSet, SentinelSet
@@ -660,11 +660,11 @@ def long_scenarios(minutes: float) -> list[FailoverScenario]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.failover_chaos", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.failover", description=__doc__)
     parser.add_argument("--minutes", type=float, default=8.0, help="in all (8 scenarios)")
     parser.add_argument("--only", help="run only scenarios whose name contains this")
     options = parser.parse_args(argv)
-    from tests.chaos import _setup_django
+    from tests.chaos.scenarios import _setup_django
 
     _setup_django()
     import tests.support.chaos_tasks  # noqa: F401
