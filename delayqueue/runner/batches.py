@@ -13,6 +13,9 @@ fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
   ack was lost). Jobs settled so far stay settled.
 - A batch that runs for half the visibility timeout settles what ran and begins the rest
   again, so a long batch never lets its later jobs be reaped while it still holds them.
+- A job with a rate is counted at its begin (begin.lua, docs/limits.md): each but the first
+  to run after a shared begin is begun again just before it runs (a round trip per job), so
+  the instant counted is its start; one its rate does not allow then is put back, not run.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
+from delayqueue.observability import limit_events
 from delayqueue.runner.attempt import Attempt, Backoff, run_attempt
 from delayqueue.runner.expired import bury_expired
 from delayqueue.wire import BatchEntry, valid_dispatch
@@ -47,6 +51,7 @@ class BatchJob(BatchEntry):
     # set by its begin: Redis's clock as it ran (microseconds), the time.monotonic() of its reply
     begun_us: int | None = None
     replied: float = 0.0
+    rated: bool = False  # it has a rate: begun again right before it runs
 
 
 @dataclass
@@ -112,13 +117,18 @@ def run_batch(
     begun_at = time.monotonic()
     settle = _Settle()
     succeeded = 0
+    fresh = True  # the next job runs right after its begin
     while pending:
         if time.monotonic() - begun_at > visibility_ms / 2000:
             settle.send()
             pending = deque(_begin(keys, queue, list(pending), visibility_ms))
             begun_at = time.monotonic()
+            fresh = True
             continue
         job = pending.popleft()
+        if job.rated and not fresh and not _begin(keys, queue, [job], visibility_ms):
+            continue
+        fresh = False
         succeeded += _run_one(call, keys, queue, task, job, settle, backoff, claimed_ms)
     settle.send()
     return succeeded
@@ -143,12 +153,15 @@ def _begin(keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int
             )
         elif began.expired:
             bury_expired(keys, queue, job.id)
+        elif began.limited_until is not None:
+            limit_events.started_over_rate(queue, job.id, began.limited_until)
         elif not began.run:
             logger.warning(
                 "job %s on %s: stale dispatch (token %s), not run", job.id, queue, job.token
             )
         else:
             job.attempt, job.begun_us, job.replied = began.attempt, began.now_us, replied
+            job.rated = began.rated
             runnable.append(job)
     return runnable
 
