@@ -91,4 +91,6 @@ def test_a_job_claimed_ahead_is_counted_at_its_due_time(r: redis.Redis) -> None:
     assert due > claimed.now_ms
     log = state(limit_tasks.rated.name, ":r")
     assert begin(job).run
-    assert r.zscore(log, f"{job.id.decode()}:{text(job.token)}") == due  # held until then: its start
+    assert (
+        r.zscore(log, f"{job.id.decode()}:{text(job.token)}") == due
+    )  # held until then: its start
