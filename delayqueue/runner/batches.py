@@ -13,9 +13,10 @@ fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
   ack was lost). Jobs settled so far stay settled.
 - A batch that runs for half the visibility timeout settles what ran and begins the rest
   again, so a long batch never lets its later jobs be reaped while it still holds them.
-- A job with a rate is counted at its begin (begin.lua, docs/limits.md): each but the first
-  to run after a shared begin is begun again just before it runs (a round trip per job), so
-  the instant counted is its start; one its rate does not allow then is put back, not run.
+- A job with a rate is counted at its begin (begin.lua, docs/limits.md): one that would
+  start more than RATE_SLACK after its begin's reply is begun again first, with the rest of
+  the batch in the same round trip, so the instant counted is its start within RATE_SLACK;
+  one its rate does not allow then is put back, not run.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ from delayqueue.wire import BatchEntry, valid_dispatch
 
 logger = logging.getLogger(__name__)
 
+# Seconds a job with a rate may start after the instant its begin counted (docs/limits.md,
+# "Clock and skew"); later, the rest of the batch is begun again first.
+RATE_SLACK = 0.005
+
 
 @dataclass
 class BatchJob(BatchEntry):
@@ -51,7 +56,7 @@ class BatchJob(BatchEntry):
     # set by its begin: Redis's clock as it ran (microseconds), the time.monotonic() of its reply
     begun_us: int | None = None
     replied: float = 0.0
-    rated: bool = False  # it has a rate: begun again right before it runs
+    rated: bool = False  # it has a rate: begun again when it would start RATE_SLACK late
 
 
 @dataclass
@@ -117,18 +122,19 @@ def run_batch(
     begun_at = time.monotonic()
     settle = _Settle()
     succeeded = 0
-    fresh = True  # the next job runs right after its begin
+    again = False  # the next job was just begun again: it runs
     while pending:
         if time.monotonic() - begun_at > visibility_ms / 2000:
             settle.send()
             pending = deque(_begin(keys, queue, list(pending), visibility_ms))
             begun_at = time.monotonic()
-            fresh = True
             continue
         job = pending.popleft()
-        if job.rated and not fresh and not _begin(keys, queue, [job], visibility_ms):
+        if job.rated and not again and time.monotonic() - job.replied > RATE_SLACK:
+            pending = deque(_begin(keys, queue, [job, *pending], visibility_ms))
+            again = True
             continue
-        fresh = False
+        again = False
         succeeded += _run_one(call, keys, queue, task, job, settle, backoff, claimed_ms)
     settle.send()
     return succeeded
