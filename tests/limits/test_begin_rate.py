@@ -8,9 +8,12 @@ import json
 import time
 
 import redis
+from celery import Celery
 
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run
+from delayqueue.worker.loop import DelayWorker
+from tests.delay_worker.test_batches import published, run_messages
 from tests.limits.test_claim_limits import Q, claim, scores, state
 from tests.support import limit_tasks
 
@@ -94,3 +97,21 @@ def test_a_job_claimed_ahead_is_counted_at_its_due_time(r: redis.Redis) -> None:
     assert (
         r.zscore(log, f"{job.id.decode()}:{text(job.token)}") == due
     )  # held until then: its start
+
+
+def test_a_later_job_of_a_batch_is_counted_at_its_own_start(
+    r: redis.Redis, parked_celery: Celery
+) -> None:
+    made = limit_tasks.rated_slow_batched.delay_many([("s0",), ("s1",)], seconds=0, on_commit=False)
+    DelayWorker([limit_tasks.QUEUE], celery_app=parked_celery).run_pass()
+    [message] = published()
+    assert len(message["args"][2]) == 2  # both in one batch, begun in one round trip
+    run_messages(parked_celery, [message])
+    log = state(limit_tasks.rated_slow_batched.name, ":r")
+    entries = message["args"][2]  # (run in this order)
+    assert sorted(entry[0] for entry in entries) == sorted(job.id for job in made)
+    first, second = (r.zscore(log, f"{entry[0]}:{entry[1]}") for entry in entries)
+    assert first is not None and second is not None
+    # The second started after the first ran 30 ms: begun again, it is counted then.
+    assert second - first >= 30, (first, second)
+    assert len(limit_tasks.runs("rated_slow_batched")) == 2

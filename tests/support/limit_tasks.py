@@ -59,6 +59,11 @@ def rated_batched(tag: str) -> None:
     _run("rated_batched", tag)
 
 
+@delayed_task(queue=QUEUE, rate="2/s", batch=2, max_attempts=50, visibility_timeout=3)
+def rated_slow_batched(tag: str) -> None:
+    _run("rated_slow_batched", tag, 0.03)
+
+
 @delayed_task(queue=QUEUE, concurrency=2, max_attempts=50, visibility_timeout=3)
 def concurrent(tag: str, seconds: float) -> None:
     _run("concurrent", tag, seconds)
