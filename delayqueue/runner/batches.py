@@ -14,9 +14,10 @@ fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
 - A batch that runs for half the visibility timeout settles what ran and begins the rest
   again, so a long batch never lets its later jobs be reaped while it still holds them.
 - A job with a rate is counted at its begin (begin.lua, docs/limits.md): one that would
-  start more than RATE_SLACK after its begin's reply is begun again first, with the rest of
-  the batch in the same round trip, so the instant counted is its start within RATE_SLACK;
-  one its rate does not allow then is put back, not run.
+  start more than RATE_SLACK after its begin's reply is begun again first, with the jobs
+  after it that may start within RATE_SLACK (as many as ran since the last begin) in the
+  same round trip, so the instant counted is its start within RATE_SLACK; one its rate does
+  not allow then is put back, not run.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def run_batch(
     settle = _Settle()
     succeeded = 0
     again = False  # the next job was just begun again: it runs
+    ran = 0  # jobs run since the last begin: about as many as start within RATE_SLACK
     while pending:
         if time.monotonic() - begun_at > visibility_ms / 2000:
             settle.send()
@@ -131,10 +133,11 @@ def run_batch(
             continue
         job = pending.popleft()
         if job.rated and not again and time.monotonic() - job.replied > RATE_SLACK:
-            pending = deque(_begin(keys, queue, [job, *pending], visibility_ms))
-            again = True
+            chunk = [job] + [pending.popleft() for _ in range(min(ran, len(pending)))]
+            pending.extendleft(reversed(_begin(keys, queue, chunk, visibility_ms)))
+            again, ran = True, 0
             continue
-        again = False
+        again, ran = False, ran + 1
         succeeded += _run_one(call, keys, queue, task, job, settle, backoff, claimed_ms)
     settle.send()
     return succeeded
