@@ -75,15 +75,16 @@ def test_a_put_back_job_frees_its_slot_and_wakes_the_next_waiter(r: redis.Redis)
     first = claim()
     assert len(first.jobs) == 1 and first.held == 1
     job = first.jobs[0]
-    waiter = r.zrange(Q.scheduled, 0, -1)[0]
-    assert r.zscore(Q.scheduled, waiter) > first.now_ms  # waits for the slot
+    waiter = str(r.zrange(Q.scheduled, 0, -1)[0])
+    assert (r.zscore(Q.scheduled, waiter) or 0) > first.now_ms  # waits for the slot
     # Four other starts came first in this window (a dispatch handed off late).
     log = state(limit_tasks.keyed.name, ":r")
     now = redis_ms(r)
     r.zadd(log, {f"other{i}:1": now for i in range(4)})
     assert not begin(job).run
     assert r.zcard(state(limit_tasks.keyed.name, ":c")) == 0  # its slot is free
-    assert r.zscore(Q.scheduled, waiter) <= redis_ms(r)  # and the waiter is due now
+    woken = r.zscore(Q.scheduled, waiter)
+    assert woken is not None and woken <= redis_ms(r)  # and the waiter is due now
 
 
 def test_a_job_claimed_ahead_is_counted_at_its_due_time(r: redis.Redis) -> None:
