@@ -5,11 +5,14 @@ not run. Run directly on the suite's Redis."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 
+import pytest
 import redis
 from celery import Celery
 
+from delayqueue import signals
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run
 from delayqueue.worker.loop import DelayWorker
@@ -116,3 +119,32 @@ def test_a_later_job_of_a_batch_is_counted_at_its_own_start(
     # The second started after the first ran 30 ms: begun again, it is counted then.
     assert second - first >= 30, (first, second)
     assert len(limit_tasks.runs("rated_slow_batched")) == 2
+
+
+def test_the_celery_side_does_not_run_a_job_put_back_at_its_start(
+    r: redis.Redis, parked_celery: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    made = limit_tasks.rated.delay_for("put-back", seconds=0, on_commit=False)
+    DelayWorker([limit_tasks.QUEUE], celery_app=parked_celery).run_pass()
+    [message] = published()
+    # Five other starts came first in this window (dispatches handed off late).
+    log = state(limit_tasks.rated.name, ":r")
+    r.zadd(log, {f"other{i}:1": redis_ms(r) for i in range(5)})
+    sent: list[dict[str, object]] = []
+
+    def receiver(sender: str, **kwargs: object) -> None:
+        sent.append({"sender": sender, **kwargs})
+
+    signals.job_limited.connect(receiver)
+    try:
+        with caplog.at_level(logging.INFO, logger="delayqueue"):
+            run_messages(parked_celery, [message])
+    finally:
+        signals.job_limited.disconnect(receiver)
+    assert limit_tasks.runs("rated") == []  # the task's code never ran
+    assert r.zscore(Q.scheduled, made.id) is not None and r.zcard(Q.inflight) == 0
+    assert sent == [
+        {"sender": signals.SENDER_CELERY_WORKER, "signal": signals.job_limited,
+         "queue": limit_tasks.QUEUE, "count": 1}
+    ]  # fmt: skip
+    assert any("over its rate at its start" in rec.getMessage() for rec in caplog.records)
