@@ -78,7 +78,9 @@ job_reaped = Signal()
 job_expired = Signal()
 
 #: Due jobs a rate or concurrency limit kept scheduled in one claim (delay worker), per queue
-#: and pass: ``count``. No ``job_id``: they are due again when the limit next allows.
+#: and pass: ``count``. No ``job_id``: they are due again when the limit next allows. Also
+#: sent by the Celery worker (``count`` 1) for a job its rate did not allow to start when it
+#: began (it was handed off late): put back to scheduled, not run.
 job_limited = Signal()
 
 #: A schedule's occurrence came due and the schedule moved on to its next one (delay

@@ -214,18 +214,22 @@ class Begun:
     max_attempts: str = ""  # "" when the job stores none
     now_us: int | None = None  # Redis's clock as the script ran, in microseconds
     expired: bool = False  # not run: it expired before it started (bury it as "expired")
+    rated: bool = False  # it has a rate, counted at this begin (begin it again to start later)
+    limited_until: int | None = None  # not run: over its rate now, scheduled again for this ms
 
 
 def begin(keys: QueueKeys, job_id: str, token: str, *, visibility_ms: int) -> ScriptCall[Begun]:
     def parse(reply: Any) -> Begun:
+        if int(reply[0]) == 3:
+            return Begun(False, limited_until=int(reply[1]))
         if int(reply[0]) != 1:
             return Begun(False, expired=int(reply[0]) == 2)
-        return Begun(True, int(reply[1]), _text(reply[2]), int(reply[3]))
+        return Begun(True, int(reply[1]), _text(reply[2]), int(reply[3]), rated=int(reply[4]) == 1)
 
     return ScriptCall(
         "begin",
-        [keys.job(job_id), keys.inflight, keys.limit_prefix],
-        [job_id, token, visibility_ms],
+        [keys.job(job_id), keys.inflight, keys.limit_prefix, keys.scheduled],
+        [job_id, token, visibility_ms, keys.wake],
         parse,
         resend_safe=True,  # a second begin restarts the same deadline
     )

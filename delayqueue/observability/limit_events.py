@@ -48,6 +48,22 @@ def limited(queue: str, count: int) -> None:
         send(signals.job_limited, signals.SENDER_DELAY_WORKER, queue=queue, count=count)
 
 
+def started_over_rate(queue: str, job_id: str, due_ms: int) -> None:
+    """Job ``job_id`` reached the Celery side when its rate allowed no more starts (begin.lua
+    counts the rate at the start): not run, scheduled again for ``due_ms``."""
+    if logger.isEnabledFor(INFO):
+        log(
+            INFO,
+            "job %s on %s over its rate at its start: not run, due again at %s ms",
+            (job_id, queue, due_ms),
+            "limited",
+            queue,
+            job_id,
+        )
+    if signals.job_limited.receivers:
+        send(signals.job_limited, signals.SENDER_CELERY_WORKER, queue=queue, count=1)
+
+
 def claimed(queue: str, expired_ids: list[str], held: int) -> None:
     """What one claim on ``queue`` did for limits: jobs it found expired, jobs it held."""
     if not (expired_ids or held):

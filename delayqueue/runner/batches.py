@@ -13,6 +13,11 @@ fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
   ack was lost). Jobs settled so far stay settled.
 - A batch that runs for half the visibility timeout settles what ran and begins the rest
   again, so a long batch never lets its later jobs be reaped while it still holds them.
+- A job with a rate is counted at its begin (begin.lua, docs/limits.md): one that would
+  start more than RATE_SLACK after its begin's reply is begun again first, with the jobs
+  after it that may start within RATE_SLACK (as many as ran since the last begin) in the
+  same round trip, so the instant counted is its start within RATE_SLACK; one its rate does
+  not allow then is put back, not run.
 """
 
 from __future__ import annotations
@@ -32,11 +37,16 @@ from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
+from delayqueue.observability import limit_events
 from delayqueue.runner.attempt import Attempt, Backoff, run_attempt
 from delayqueue.runner.expired import bury_expired
 from delayqueue.wire import BatchEntry, valid_dispatch
 
 logger = logging.getLogger(__name__)
+
+# Seconds a job with a rate may start after the instant its begin counted (docs/limits.md,
+# "Clock and skew"); later, the rest of the batch is begun again first.
+RATE_SLACK = 0.005
 
 
 @dataclass
@@ -47,6 +57,7 @@ class BatchJob(BatchEntry):
     # set by its begin: Redis's clock as it ran (microseconds), the time.monotonic() of its reply
     begun_us: int | None = None
     replied: float = 0.0
+    rated: bool = False  # it has a rate: begun again when it would start RATE_SLACK late
 
 
 @dataclass
@@ -112,6 +123,8 @@ def run_batch(
     begun_at = time.monotonic()
     settle = _Settle()
     succeeded = 0
+    again = False  # the next job was just begun again: it runs
+    ran = 0  # jobs run since the last begin: about as many as start within RATE_SLACK
     while pending:
         if time.monotonic() - begun_at > visibility_ms / 2000:
             settle.send()
@@ -119,6 +132,12 @@ def run_batch(
             begun_at = time.monotonic()
             continue
         job = pending.popleft()
+        if job.rated and not again and time.monotonic() - job.replied > RATE_SLACK:
+            chunk = [job] + [pending.popleft() for _ in range(min(ran, len(pending)))]
+            pending.extendleft(reversed(_begin(keys, queue, chunk, visibility_ms)))
+            again, ran = True, 0
+            continue
+        again, ran = False, ran + 1
         succeeded += _run_one(call, keys, queue, task, job, settle, backoff, claimed_ms)
     settle.send()
     return succeeded
@@ -143,12 +162,15 @@ def _begin(keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int
             )
         elif began.expired:
             bury_expired(keys, queue, job.id)
+        elif began.limited_until is not None:
+            limit_events.started_over_rate(queue, job.id, began.limited_until)
         elif not began.run:
             logger.warning(
                 "job %s on %s: stale dispatch (token %s), not run", job.id, queue, job.token
             )
         else:
             job.attempt, job.begun_us, job.replied = began.attempt, began.now_us, replied
+            job.rated = began.rated
             runnable.append(job)
     return runnable
 

@@ -17,6 +17,7 @@ from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
+from delayqueue.observability import limit_events
 from delayqueue.runner.attempt import Attempt, Backoff, SettleNow, run_attempt
 from delayqueue.runner.expired import bury_expired
 from delayqueue.validators import VISIBILITY_TIMEOUT_MAX
@@ -86,6 +87,9 @@ def run_job(
         return None
     if started.expired:
         bury_expired(keys, queue, job_id, _task_name(call))
+        return None
+    if started.limited_until is not None:
+        limit_events.started_over_rate(queue, job_id, started.limited_until)
         return None
     if not started.run:
         logger.warning("job %s on %s: stale dispatch (token %s), not run", job_id, queue, token)

@@ -1,44 +1,93 @@
 -- begin: inflight (dispatched) -> inflight (running). Checks the fencing token and restarts
--- the visibility deadline from the moment the task really starts.
+-- the visibility deadline from the moment the task really starts. A job with a rate is
+-- counted at this start (docs/limits.md): its log entry (written by its claim) moves to the
+-- start's instant, and when the window up to it then holds more than the rate, the job does
+-- not start: it goes back to scheduled, due when the rate next allows one more start.
 -- KEYS[1] job hash                      dq:{Q}:job:<id>
 -- KEYS[2] inflight zset                 dq:{Q}:inflight
 -- KEYS[3] limit state prefix, optional  dq:{Q}:limit:  (a job holding a slot keeps it until
 --         its new deadline: _limits.lua)
+-- KEYS[4] scheduled zset, optional      dq:{Q}:scheduled (with KEYS[3]: the rate is checked
+--         here, and a job over it goes back there)
 -- ARGV[1] job id
 -- ARGV[2] fencing token the dispatch carried
 -- ARGV[3] visibility timeout ms for jobs that set none of their own
--- Returns {1, attempt, max attempts or "", now in microseconds} to run (Redis's clock: a job
--- dispatched ahead of its due time is held until then by it, see attempt.hold_until_due), {0}
--- when the token is stale (or the job's data is corrupt: it does not run, and reap or the
--- next claim sends it to dead), {2} when the job expired before it could start (it does not
--- run; the caller buries it as "expired").
+-- ARGV[4] wake channel, optional        dq:{Q}:wake (a job put back, or a waiter woken)
+-- Returns {1, attempt, max attempts or "", now in microseconds, 1 when the job has a rate
+-- else 0} to run (Redis's clock: a job dispatched ahead of its due time is held until then
+-- by it, see attempt.hold_until_due), {0} when the token is stale (or the job's data is
+-- corrupt: it does not run, and reap or the next claim sends it to dead), {2} when the job
+-- expired before it could start (it does not run; the caller buries it as "expired"), {3,
+-- due ms} when its rate does not allow it to start now (it does not run: it is scheduled
+-- again at that due time, its attempt given back, its slot freed).
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
+-- #include _history.lua
+-- #include _wake.lua
 -- #include _limits.lua
 local now_in_us = now_us()
 local now = math.floor(now_in_us / 1000)
+local id = ARGV[1]
 local default_vt = number_in(ARGV[3], 0, MAX_VT_MS)
 if not default_vt then
   return redis.error_reply('ERR begin: ARGV[3] is a visibility timeout in ms')
 end
 local bad = wrong_type({KEYS[2], 'zset'})
 if bad then return bad end
-local f = hash_fields(KEYS[1], 'tok', 'att', 'max', 'vt', 'task', 'lim', 'exp')
-if not f or f[1] ~= ARGV[2] or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {0} end
+local f = hash_fields(KEYS[1], 'tok', 'att', 'max', 'vt', 'task', 'lim', 'exp', 'hist')
+if not f or f[1] ~= ARGV[2] or not redis.call('ZSCORE', KEYS[2], id) then return {0} end
 local vt = default_vt
 if f[4] then vt = number_in(f[4], 1, MAX_VT_MS) end
 local attempt = counter(f[2])
 if not (vt and attempt and max_attempts(f[3], 1)) then return {0} end
 if expired_at(f[7]) and now > expired_at(f[7]) then return {2} end
 local l = KEYS[3] and f[5] and parse_limits(f[6])
+local base = l and limit_base(KEYS[3], f[5], l)
+local log = l and l.rate > 0 and KEYS[4] and base .. ':r'
+-- (a log of another type is left to the claim, which meets it first: not checked here)
+local rated = log and (key_type(log) == 'zset' or key_type(log) == 'none')
+
+-- The rate, checked at the start: the job's entry moves to the instant it starts (now, or
+-- its due time when it was claimed ahead of it and is held until then), and the window up
+-- to that instant, future starts included, may hold at most the rate with it.
+if rated then
+  bad = wrong_type({KEYS[4], 'zset'})
+  if bad then return bad end
+  local member = id .. ':' .. ARGV[2]
+  local at = math.max(now, tonumber(redis.call('ZSCORE', log, member)) or now)
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - l.window)
+  redis.call('ZADD', log, at, member)
+  keep_for(log, at - now + l.window)
+  if redis.call('ZCOUNT', log, '(' .. (at - l.window), '+inf') > l.rate then
+    redis.call('ZREM', log, member)
+    local gate = {[base] = {deferred = 0, log = {}, slots = {}}}
+    local due = defer_until(gate, base, l, id, at, true, false)
+    local set = {'hist', history_with(f[8], {at = now, attempt = attempt, outcome = 'released',
+                                             detail = 'over its rate at its start'})}
+    if attempt > 0 then
+      set[#set + 1] = 'att'
+      set[#set + 1] = attempt - 1
+    end
+    redis.call('HSET', KEYS[1], unpack(set))
+    redis.call('HDEL', KEYS[1], 'rp')  -- (it reached the Celery side: no lost dispatch)
+    release_slot(KEYS[3], f[5], f[6], id, KEYS[4], ARGV[4], now)
+    if ARGV[4] then
+      schedule(KEYS[4], id, due, ARGV[4])
+    else
+      redis.call('ZADD', KEYS[4], due, id)
+    end
+    redis.call('ZREM', KEYS[2], id)
+    return {3, due}
+  end
+end
 if l and l.conc > 0 then
-  local running = limit_base(KEYS[3], f[5], l) .. ':c'
-  if redis.call('ZADD', running, 'XX', 'CH', now + vt, ARGV[1]) == 1 then
+  local running = base .. ':c'
+  if redis.call('ZADD', running, 'XX', 'CH', now + vt, id) == 1 then
     keep_for(running, vt + 1000)
   end
 end
-redis.call('ZADD', KEYS[2], 'XX', now + vt, ARGV[1])
+redis.call('ZADD', KEYS[2], 'XX', now + vt, id)
 redis.call('HSET', KEYS[1], 'began', ARGV[2])  -- this dispatch started (see reap.lua)
 redis.call('HDEL', KEYS[1], 'rp')
-return {1, attempt, f[3] or '', now_in_us}
+return {1, attempt, f[3] or '', now_in_us, rated and 1 or 0}
