@@ -40,6 +40,7 @@ from tests.support.corrupt import (
     decode_message,
     parked_broker,
     raw_redis,
+    set_wrong_type,
     take_messages,
 )
 from tests.support.fuzzing import examples
@@ -155,18 +156,6 @@ def plant(raw: redis.Redis) -> tuple[str, str]:
     ours = delayqueue.enqueue(jobs.record, ["q"], delay=0, queue=Q, on_commit=False)
     other = delayqueue.enqueue(jobs.record, ["other"], delay=0, queue=OTHER, on_commit=False)
     return ours.id, other.id
-
-
-def set_wrong_type(raw: redis.Redis, key: str, kind: str) -> None:
-    raw.delete(key)
-    if kind == "string":
-        raw.set(key, NOT_UTF8)
-    elif kind == "list":
-        raw.rpush(key, b"a list")
-    elif kind == "set":
-        raw.sadd(key, b"a set")
-    else:
-        raw.zadd(key, {b"a zset": 1})
 
 
 def apply(raw: redis.Redis, corruption: tuple[Any, ...]) -> None:

@@ -28,6 +28,20 @@ NOT_UTF8 = b"\xff\xfe\x80 not utf-8 \xc3"
 # function when loaded (nothing in Redis may ever be unpickled).
 
 
+def set_wrong_type(raw: redis.Redis, key: str, kind: str) -> None:
+    """Make ``key`` a ``kind`` ("string", "list", "set", else a sorted set) holding junk (the
+    schedule and results fuzzers; the stored-data fuzzer plants richer junk of its own)."""
+    raw.delete(key)
+    if kind == "string":
+        raw.set(key, NOT_UTF8)
+    elif kind == "list":
+        raw.rpush(key, b"a list")
+    elif kind == "set":
+        raw.sadd(key, b"a set")
+    else:
+        raw.zadd(key, {b"a zset": 1})
+
+
 class _Planted:
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return (os.system, ("echo planted pickle was loaded >&2",))

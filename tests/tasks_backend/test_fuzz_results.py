@@ -28,7 +28,7 @@ import delayqueue  # noqa: E402
 from delayqueue.engine import clients as connection  # noqa: E402
 from delayqueue.engine.keys import JobField, TaskResultField, queue_keys  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
-from tests.support.corrupt import NOT_UTF8, SCORES, VALUES, raw_redis  # noqa: E402
+from tests.support.corrupt import SCORES, VALUES, raw_redis, set_wrong_type  # noqa: E402
 from tests.support.fuzzing import examples  # noqa: E402
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
@@ -126,18 +126,6 @@ def plant(raw: redis.Redis) -> dict[str, str]:
             TaskResultField.STARTED: "1700000000000", TaskResultField.FINISHED: "1700000001000",
         })  # fmt: skip
     return ids
-
-
-def set_wrong_type(raw: redis.Redis, key: str, kind: str) -> None:
-    raw.delete(key)
-    if kind == "string":
-        raw.set(key, NOT_UTF8)
-    elif kind == "list":
-        raw.rpush(key, b"a list")
-    elif kind == "set":
-        raw.sadd(key, b"a set")
-    else:
-        raw.zadd(key, {b"a zset": 1})
 
 
 def apply(raw: redis.Redis, ids: dict[str, str], corruption: tuple[Any, ...]) -> None:
