@@ -12,22 +12,22 @@ from bench.bursts import _schedule_delayqueue, _stamps
 from bench.env import BenchEnv
 from bench.report import Figure
 from bench.throughput import ClaimOnly, Sizes
-from delayqueue.producer import client
+from delayqueue.producer import api
 
 QUEUE = "bench"
 
 
 def _fill_due(task: Any, count: int) -> None:
     for start in range(0, count, 1_000):
-        specs = [client.spec(task, (i,), delay=0) for i in range(start, min(count, start + 1_000))]
-        client.delay_many(specs, on_commit=False)
+        specs = [api.spec(task, (i,), delay=0) for i in range(start, min(count, start + 1_000))]
+        api.delay_many(specs, on_commit=False)
 
 
 def _claim_rate(env: BenchEnv, task: Any, count: int, batch: int) -> float:
     env.flush()
     _fill_due(task, count)
     time.sleep(0.01)
-    worker = ClaimOnly([QUEUE], batch_size=batch)
+    worker = ClaimOnly([QUEUE], claim_size=batch)
     started = time.perf_counter()
     while worker.claimed < count:
         before = worker.claimed

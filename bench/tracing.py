@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from bench.env import BenchEnv
 from bench.report import Figure
 from bench.throughput import Sizes, _noop
-from delayqueue.producer import client, job_spec
+from delayqueue.producer import api, job_spec
 
 
 class _Dropped(SpanExporter):
@@ -99,10 +99,10 @@ def _bytes_per_job(env: BenchEnv, count: int, traced: bool) -> float:
     ):
         for start in range(0, count, 1_000):
             specs = [
-                client.spec(noop, (i,), delay=3_600 + random.random() * 3_600)
+                api.spec(noop, (i,), delay=3_600 + random.random() * 3_600)
                 for i in range(start, min(count, start + 1_000))
             ]
-            client.delay_many(specs, on_commit=False)
+            api.delay_many(specs, on_commit=False)
     return (env.used_memory() - before) / count
 
 

@@ -21,12 +21,12 @@ from delayqueue.engine.clients import remember_queue
 from delayqueue.engine.execution import run, run_many
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.reads import redis_now
-from delayqueue.engine.registry import queue_names
+from delayqueue.engine.roster import queue_names
 from delayqueue.engine.schedule_record import ScheduleDeclaration, ScheduleRecord, is_instant
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import DelayQueueError, InvalidOption, RedisUnavailable
 from delayqueue.observability import events
-from delayqueue.periodic import registry
+from delayqueue.periodic import declarations
 from delayqueue.periodic.identity import occurrence_id
 from delayqueue.periodic.rules import Rule, missed_between, parse_rule
 from delayqueue.validators import shown
@@ -66,7 +66,7 @@ def _rule(cron: str | None, every_ms: str | None, timezone: str | None) -> Rule:
     return found
 
 
-def fingerprint(declared: registry.Declared, rule: Rule, spec: str) -> str:
+def fingerprint(declared: declarations.Declared, rule: Rule, spec: str) -> str:
     """Changes when the rule, its timezone, the missed policy or the occurrences' spec do."""
     text = "\n".join([rule.fingerprint(), declared.missed, spec])
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
@@ -89,9 +89,9 @@ def reconcile() -> Reconciled:
     the others are planned."""
     result = Reconciled()
     now = redis_now()
-    planned: list[tuple[registry.Declared, str, str, str, Rule]] = []
+    planned: list[tuple[declarations.Declared, str, str, str, Rule]] = []
     names: set[str] = set()
-    for item in registry.declared():
+    for item in declarations.declared():
         if item.name in names:
             result.failed[item.name] = "declared twice (delayqueue.E020)"
             continue
@@ -145,7 +145,7 @@ def _stored_on(queue: str) -> list[ScheduleRecord]:
 
 
 def _upsert(
-    item: registry.Declared,
+    item: declarations.Declared,
     queue: str,
     made: tuple[str, str],  # the occurrences' packed spec, and their limits (or "")
     rule: Rule,

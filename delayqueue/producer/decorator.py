@@ -16,7 +16,7 @@ from delayqueue import tasks  # noqa: F401
 from delayqueue.conf import get_settings
 from delayqueue.engine.limits import Limits
 from delayqueue.engine.shards import declare, declare_limited
-from delayqueue.producer import async_client, client
+from delayqueue.producer import api, async_api
 from delayqueue.producer.due import delay_seconds
 from delayqueue.producer.task_options import limit_options, task_options
 from delayqueue.producer.task_proxy import per_app
@@ -70,16 +70,16 @@ class DelayedTask(_TaskBase):
         days: float | None = None,
         delta: timedelta | None = None,
         key: str | None = None,
-        on_conflict: client.OnConflict = "keep",
+        on_conflict: api.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
         limit_key: str | None = None,
         expires: float | timedelta | None = None,
         **kwargs: Any,
-    ) -> client.Job:
+    ) -> api.Job:
         """Run ``self(*args, **kwargs)`` once the given delay has passed."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        return client.enqueue(
+        return api.enqueue(
             self,
             args,
             kwargs,
@@ -97,15 +97,15 @@ class DelayedTask(_TaskBase):
         *args: Any,
         eta: datetime,
         key: str | None = None,
-        on_conflict: client.OnConflict = "keep",
+        on_conflict: api.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
         limit_key: str | None = None,
         expires: float | timedelta | None = None,
         **kwargs: Any,
-    ) -> client.Job:
+    ) -> api.Job:
         """Run ``self(*args, **kwargs)`` at ``eta`` (an aware datetime)."""
-        return client.enqueue(
+        return api.enqueue(
             self,
             args,
             kwargs,
@@ -129,10 +129,10 @@ class DelayedTask(_TaskBase):
         delta: timedelta | None = None,
         on_commit: bool = True,
         durable: bool | None = None,
-    ) -> list[client.Job]:
+    ) -> list[api.Job]:
         """Schedule one job per args tuple in ``calls``, all with the same delay, in one
         round trip."""
-        return client.delay_many(
+        return api.delay_many(
             self._many_specs(calls, seconds, minutes, hours, days, delta, durable),
             on_commit=on_commit,
         )
@@ -146,10 +146,10 @@ class DelayedTask(_TaskBase):
         days: float | None,
         delta: timedelta | None,
         durable: bool | None,
-    ) -> list[client.JobSpec]:
+    ) -> list[api.JobSpec]:
         """The checked jobs of ``delay_many`` and ``adelay_many``."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        specs = client.spec_many(self, calls, delay=delay)
+        specs = api.spec_many(self, calls, delay=delay)
         if durable is not None:
             check_flag(durable, "durable")
             for s in specs:
@@ -161,7 +161,7 @@ class DelayedTask(_TaskBase):
     ) -> bool:
         """Remove this task's scheduled job (by id or dedupe key); whether one was removed."""
         durable = self.dq_durable if durable is None else durable
-        return client.cancel(self.delay_queue, job_id, key=key, durable=durable)
+        return api.cancel(self.delay_queue, job_id, key=key, durable=durable)
 
     def reschedule(
         self,
@@ -175,7 +175,7 @@ class DelayedTask(_TaskBase):
         delta: timedelta | None = None,
         eta: datetime | None = None,
         durable: bool | None = None,
-    ) -> client.Job | None:
+    ) -> api.Job | None:
         """Move a scheduled job to a new due time; None when it is no longer scheduled."""
         durable = self.dq_durable if durable is None else durable
         delay = None
@@ -183,11 +183,11 @@ class DelayedTask(_TaskBase):
             delay = delay_seconds(
                 seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
             )
-        return client.reschedule(
+        return api.reschedule(
             self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
         )
 
-    # ---- the same on an event loop (delayqueue.producer.async_client): awaited, no thread --------
+    # ---- the same on an event loop (delayqueue.producer.async_api): awaited, no thread --------
 
     async def adelay_for(
         self,
@@ -198,16 +198,16 @@ class DelayedTask(_TaskBase):
         days: float | None = None,
         delta: timedelta | None = None,
         key: str | None = None,
-        on_conflict: client.OnConflict = "keep",
+        on_conflict: api.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
         limit_key: str | None = None,
         expires: float | timedelta | None = None,
         **kwargs: Any,
-    ) -> client.Job:
+    ) -> api.Job:
         """``delay_for``, awaited on the running event loop."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        return await async_client.aenqueue(
+        return await async_api.aenqueue(
             self,
             args,
             kwargs,
@@ -225,15 +225,15 @@ class DelayedTask(_TaskBase):
         *args: Any,
         eta: datetime,
         key: str | None = None,
-        on_conflict: client.OnConflict = "keep",
+        on_conflict: api.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
         limit_key: str | None = None,
         expires: float | timedelta | None = None,
         **kwargs: Any,
-    ) -> client.Job:
+    ) -> api.Job:
         """``delay_until``, awaited on the running event loop."""
-        return await async_client.aenqueue(
+        return await async_api.aenqueue(
             self,
             args,
             kwargs,
@@ -257,9 +257,9 @@ class DelayedTask(_TaskBase):
         delta: timedelta | None = None,
         on_commit: bool = True,
         durable: bool | None = None,
-    ) -> list[client.Job]:
+    ) -> list[api.Job]:
         """``delay_many``, awaited on the running event loop: one round trip."""
-        return await async_client.adelay_many(
+        return await async_api.adelay_many(
             self._many_specs(calls, seconds, minutes, hours, days, delta, durable),
             on_commit=on_commit,
         )
@@ -269,7 +269,7 @@ class DelayedTask(_TaskBase):
     ) -> bool:
         """``cancel``, awaited on the running event loop."""
         durable = self.dq_durable if durable is None else durable
-        return await async_client.acancel(self.delay_queue, job_id, key=key, durable=durable)
+        return await async_api.acancel(self.delay_queue, job_id, key=key, durable=durable)
 
     async def areschedule(
         self,
@@ -283,7 +283,7 @@ class DelayedTask(_TaskBase):
         delta: timedelta | None = None,
         eta: datetime | None = None,
         durable: bool | None = None,
-    ) -> client.Job | None:
+    ) -> api.Job | None:
         """``reschedule``, awaited on the running event loop."""
         durable = self.dq_durable if durable is None else durable
         delay = None
@@ -291,7 +291,7 @@ class DelayedTask(_TaskBase):
             delay = delay_seconds(
                 seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
             )
-        return await async_client.areschedule(
+        return await async_api.areschedule(
             self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
         )
 

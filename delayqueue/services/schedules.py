@@ -14,7 +14,7 @@ from delayqueue.engine import schedules, transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.engine.reads import redis_now
-from delayqueue.engine.registry import queue_names
+from delayqueue.engine.roster import queue_names
 from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable

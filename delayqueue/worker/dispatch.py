@@ -40,7 +40,7 @@ from delayqueue.wire import (
 )
 from delayqueue.worker.claimed import Claimed, bury, describe, describe_current
 from delayqueue.worker.handoff import BACKLOG_FROM, FALLBACK, HandoffWatch, batch_size
-from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
+from delayqueue.worker.publisher_choice import PublishError, TaskMessage, publisher_for
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Send:
 
 
 class Dispatcher:
-    """Publishes claimed jobs with the app's publisher (see publishers.py) and counts them."""
+    """Publishes claimed jobs with the app's publisher (see publisher_choice.py) and counts them."""
 
     def __init__(self, app: Celery, worker_id: str | None = None) -> None:
         self.app = app

@@ -16,7 +16,7 @@ from delayqueue.engine import transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import InvalidOption
-from delayqueue.periodic import declare, planner, registry
+from delayqueue.periodic import declarations, declare, planner
 from delayqueue.services import schedules as schedule_service
 from tests.support import limit_tasks
 
@@ -25,7 +25,7 @@ Q = queue_keys(limit_tasks.QUEUE)
 
 @pytest.fixture(autouse=True)
 def only_these(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
     yield
 
 

@@ -29,7 +29,7 @@ from delayqueue.integrations.trace_context import (
     trace_id,
 )
 from delayqueue.periodic import declare
-from delayqueue.periodic.registry import check_monitor
+from delayqueue.periodic.declarations import check_monitor
 from tests.support import jobs
 from tests.support import tasks_framework as django_tasks
 from tests.support.admin_pages import text, url

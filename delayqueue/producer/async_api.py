@@ -1,7 +1,7 @@
 """The client API on an event loop: ``aenqueue``, ``adelay_many``, ``acancel`` and
 ``areschedule``, and the ``a*`` methods of ``@delayed_task`` tasks.
 
-Each is its sync twin of ``delayqueue.producer.client`` with the round trip awaited on the running
+Each is its sync twin of ``delayqueue.producer.api`` with the round trip awaited on the running
 loop's redis.asyncio client (``engine/async_clients.py``, ``engine/async_execution.py``):
 the same checks at the call (made by the same code, before anything is awaited), the same
 ``ScriptCall`` objects and Lua scripts, the same errors, ``Job`` handles, events, signals,
@@ -29,7 +29,7 @@ from delayqueue.engine.async_clients import aremember_queue
 from delayqueue.engine.async_execution import arun_all, arun_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.observability import events
-from delayqueue.producer.client import checked_batch, rescheduled_job
+from delayqueue.producer.api import checked_batch, rescheduled_job
 from delayqueue.producer.job_spec import Job, JobSpec, OnConflict, spec
 from delayqueue.producer.moves import acancel, arun_on_shards, flag, moved, reschedule_calls
 from delayqueue.producer.writes import (
