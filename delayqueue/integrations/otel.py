@@ -3,11 +3,14 @@ messaging conventions with ``messaging.system = "delayqueue"``.
 
 The one module that imports OpenTelemetry, and only if it is installed
 (``delayqueue[otel]``). Without it each hook is one test of ``trace is None``; with it and no
-active span at scheduling, nothing is stored. Three hooks:
+active span at scheduling, nothing is stored. The hooks:
 
 - ``scheduling_context`` (producer): under an active span, the context the job keeps
   (``trace_context``): the active span's (``TRACE_SCHEDULING = "context"``, the default), or
   that of a PRODUCER span ``create <queue>`` made for the job (``"span"``);
+- ``firing`` (delay worker): a PRODUCER span ``fire <queue>`` around a step that moves on
+  schedules whose occurrence came due, whose context each occurrence it fires keeps;
+  ``active_context`` for an extra run of a schedule (run now) under an active span;
 - ``dispatched`` (delay worker): one PRODUCER span per pass that hands traced jobs to
   Celery, with a link to each job's context (in the job's trace when it carries one job);
 - ``around_attempt`` (Celery side): a CONSUMER span ``process <queue>`` per attempt, in the
@@ -147,6 +150,67 @@ def scheduling_context(queue: str, job_id: str, task: str) -> str:
     except Exception:
         logger.warning("tracing: the scheduling context of job %s failed", job_id, exc_info=True)
         return ""
+
+
+def active_context() -> str:
+    """The context a job keeps of the span active here, with no span of its own; "" when
+    none is (or without OpenTelemetry). An extra run of a schedule from the admin's request,
+    say (docs/tracing.md, "Periodic jobs")."""
+    if trace is None:
+        return ""
+    current = trace.get_current_span().get_span_context()
+    return _stored(current) if current.is_valid else ""
+
+
+class Firing:
+    """What ``firing`` yields: the context the occurrences it fires keep ("" for none)."""
+
+    def __init__(self, span: Any = None) -> None:
+        self.span = span
+        ctx = span.get_span_context() if span is not None else None
+        self.context = _stored(ctx) if ctx is not None and ctx.is_valid else ""
+
+    def fired(self, count: int) -> None:
+        """How many occurrences this step fired (another delay worker may fire some)."""
+        if self.span is not None:
+            self.span.set_attribute("delayqueue.fired", count)
+
+
+@contextmanager
+def firing(queue: str, due: int) -> Iterator[Firing]:
+    """A delay worker's step that moves on the ``due`` schedules of ``queue`` whose
+    occurrence came due: a PRODUCER span ``fire <queue>`` (a child of the active span, if
+    any; made only when something is due), whose context each occurrence it fires keeps, so
+    that the occurrence's attempts are in its trace. Without an SDK that records, nothing."""
+    if trace is None:
+        yield Firing()
+        return
+    try:
+        attributes = _attributes(queue, "fire", "create")
+        attributes["messaging.batch.message_count"] = due
+        span = _get_tracer().start_span(
+            f"fire {queue}", kind=SpanKind.PRODUCER, attributes=attributes
+        )
+        step = Firing(span)
+    except Exception:
+        logger.warning("tracing: the fire span of queue %s failed", queue, exc_info=True)
+        yield Firing()
+        return
+    try:
+        yield step
+    except BaseException as exc:
+        _ended(span, exc)
+        raise
+    _ended(span, None)
+
+
+def _ended(span: Any, exc: BaseException | None) -> None:
+    try:
+        if exc is not None:
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        span.end()
+    except Exception:
+        logger.warning("tracing: a span could not end", exc_info=True)
 
 
 def dispatched(jobs: Sequence[Job]) -> None:
