@@ -79,7 +79,7 @@ def _stored(ctx: Any) -> str:
     """The line a job keeps for the valid SpanContext ``ctx`` (trace_context.pack_context):
     its traceparent is well formed by construction (ints), so only a tracestate, when there
     is one, is checked."""
-    traceparent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+    traceparent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags & 0xFF:02x}"
     state = ctx.trace_state
     if not state:
         return traceparent
