@@ -145,7 +145,7 @@ local function defer_until(gate, base, l, id, now, rate_full, conc_full)
     local index = first + (j % l.rate)
     local entry = redis.call('ZRANGEBYSCORE', log, '(' .. (now - l.window), '+inf',
                              'WITHSCORES', 'LIMIT', math.max(0, index), 1)
-    local at = tonumber(entry[2]) or now
+    local at = math.ceil(tonumber(entry[2]) or now)
     due = math.max(due, at + l.window * (1 + math.floor(j / l.rate)))
   end
   if conc_full then
