@@ -154,3 +154,19 @@ def test_a_burst_held_over_several_claims_is_spread_at_the_rate_not_piled_on_one
     again = claim(limit=1)
     assert again.jobs == [] and again.held == 1
     assert (r.zscore(Q.scheduled, first) or 0) <= dues[0] + 1000 + 10
+
+
+def test_a_held_job_claimed_ahead_of_its_room_is_claimed_not_held_again(r: redis.Redis) -> None:
+    # The window is full now, but the held jobs' due times are where it has room: a worker
+    # claiming ahead of them (DISPATCH_AHEAD) counts the window up to their due times and
+    # claims them, instead of holding them again at the same instant at every pass.
+    for i in range(10):
+        limit_tasks.rated.delay_for(f"j{i}", seconds=0, on_commit=False)  # 5/s
+    first = claim()
+    assert len(first.jobs) == 5 and first.held == 5
+    dues = scores(r, Q.scheduled)
+    ahead = claim(ahead_ms=1000)
+    assert len(ahead.jobs) == 5 and ahead.held == 0
+    assert sorted(int(job.due_ms or 0) for job in ahead.jobs) == dues
+    log = scores(r, state(limit_tasks.rated.name, ":r"))
+    assert most_in_a_window(log, 1000) <= 5 and log[-5:] == dues  # counted at their dues

@@ -56,55 +56,6 @@ local function keep_for(k, ms)
   redis.call('PEXPIRE', k, ms, 'GT')
 end
 
--- Whether one more job of limit `l` may start at `at` (>= now; the ms it will start): its
--- rate's log holds fewer than `rate` starts after now - window (no later start exists but
--- ones claimed ahead, which count too, so every window holding `at` stays within the rate),
--- and fewer than `conc` jobs hold a slot. `gate` keeps per limit what one call learned and
--- the writes it owes (flush_limits): each key is read once per call, not once per job.
--- Returns ok, rate_full, conc_full.
-local function limit_gate(gate, base, l, now, at)
-  local state = gate[base]
-  if not state then
-    state = {deferred = 0, starts = 0, running = 0, waiters = 0, log = {}, slots = {},
-             log_ms = 0, slots_ms = 0}
-    if l.rate > 0 then
-      redis.call('ZREMRANGEBYSCORE', base .. ':r', '-inf', now - l.window)
-      state.starts = redis.call('ZCARD', base .. ':r')
-    end
-    if l.conc > 0 then
-      redis.call('ZREMRANGEBYSCORE', base .. ':c', '-inf', now)
-      state.running = redis.call('ZCARD', base .. ':c')
-      state.waiters = redis.call('ZCARD', base .. ':w')
-    end
-    gate[base] = state
-  end
-  local rate_full = l.rate > 0 and state.starts >= l.rate
-  local conc_full = l.conc > 0 and state.running >= l.conc
-  return not (rate_full or conc_full), rate_full, conc_full
-end
-
--- Counts the start of dispatch `token` of job `id` at `at` against limit `l`; the job holds a
--- slot until `deadline` (or until ack, failure, reap or bury free it). Written by
--- flush_limits.
-local function admit(gate, base, l, id, token, now, at, deadline)
-  local state = gate[base]
-  if l.rate > 0 then
-    state.starts = state.starts + 1
-    state.log[#state.log + 1] = at
-    state.log[#state.log + 1] = id .. ':' .. token
-    state.log_ms = math.max(state.log_ms, at - now + l.window)
-  end
-  if l.conc > 0 then
-    state.running = state.running + 1
-    state.slots[#state.slots + 1] = deadline
-    state.slots[#state.slots + 1] = id
-    state.slots_ms = math.max(state.slots_ms, deadline - now + 1000)
-    if state.waiters > 0 then
-      state.waiters = state.waiters - redis.call('ZREM', base .. ':w', id)
-    end
-  end
-end
-
 -- Writes what admit counted for limit `base` (all of them when `base` is nil).
 local function flush_limits(gate, base)
   for name, state in pairs(gate) do
@@ -128,6 +79,62 @@ local function flush_limits(gate, base)
         keep_for(name .. ':c', state.slots_ms)
         state.slots = {}
       end
+    end
+  end
+end
+
+-- Whether one more job of limit `l` may start at `at` (>= now; the ms it will start): its
+-- rate's log holds fewer than `rate` starts after at - window (later starts included: ones
+-- claimed ahead count too, so every window holding `at` stays within the rate),
+-- and fewer than `conc` jobs hold a slot. `gate` keeps per limit what one call learned and
+-- the writes it owes (flush_limits): each key is read once per call, not once per job.
+-- Returns ok, rate_full, conc_full.
+local function limit_gate(gate, base, l, now, at)
+  local state = gate[base]
+  if not state then
+    state = {deferred = 0, starts = 0, running = 0, waiters = 0, log = {}, slots = {},
+             log_ms = 0, slots_ms = 0}
+    if l.rate > 0 then
+      redis.call('ZREMRANGEBYSCORE', base .. ':r', '-inf', now - l.window)
+      state.starts = redis.call('ZCARD', base .. ':r')
+    end
+    if l.conc > 0 then
+      redis.call('ZREMRANGEBYSCORE', base .. ':c', '-inf', now)
+      state.running = redis.call('ZCARD', base .. ':c')
+      state.waiters = redis.call('ZCARD', base .. ':w')
+    end
+    gate[base] = state
+  end
+  local rate_full = l.rate > 0 and state.starts >= l.rate
+  if rate_full and at > now then
+    -- Full now, but the job is claimed ahead of its due time: the window up to `at` may
+    -- have room by then (counting from now, a job held until its room opens would be
+    -- found due within `ahead` and held again at every pass until then: a spin).
+    flush_limits(gate, base)
+    rate_full = redis.call('ZCOUNT', base .. ':r', '(' .. (at - l.window), '+inf') >= l.rate
+  end
+  local conc_full = l.conc > 0 and state.running >= l.conc
+  return not (rate_full or conc_full), rate_full, conc_full
+end
+
+-- Counts the start of dispatch `token` of job `id` at `at` against limit `l`; the job holds a
+-- slot until `deadline` (or until ack, failure, reap or bury free it). Written by
+-- flush_limits.
+local function admit(gate, base, l, id, token, now, at, deadline)
+  local state = gate[base]
+  if l.rate > 0 then
+    state.starts = state.starts + 1
+    state.log[#state.log + 1] = at
+    state.log[#state.log + 1] = id .. ':' .. token
+    state.log_ms = math.max(state.log_ms, at - now + l.window)
+  end
+  if l.conc > 0 then
+    state.running = state.running + 1
+    state.slots[#state.slots + 1] = deadline
+    state.slots[#state.slots + 1] = id
+    state.slots_ms = math.max(state.slots_ms, deadline - now + 1000)
+    if state.waiters > 0 then
+      state.waiters = state.waiters - redis.call('ZREM', base .. ':w', id)
     end
   end
 end
