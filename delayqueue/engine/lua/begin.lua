@@ -62,16 +62,15 @@ local counted = now
 -- `from` + horizon + 0.5 ms (the half marks an entry a begin moved ahead: begun again, the
 -- job may start now, not only at that entry).
 if rated then
-  bad = wrong_type({KEYS[4], 'zset'})
-  if bad then return bad end
   local member = id .. ':' .. ARGV[2]
   local score = tonumber(redis.call('ZSCORE', log, member))
   local from = now
   if score and score % 1 == 0 then from = math.max(now, score) end
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - l.window)
   local starts = redis.call('ZCOUNT', log, '(' .. (from - l.window), '+inf')
   if not (score and score > from - l.window) then starts = starts + 1 end  -- with its own
   if starts > l.rate then
+    bad = wrong_type({KEYS[4], 'zset'})  -- (checked before the first write)
+    if bad then return bad end
     redis.call('ZREM', log, member)
     local gate = {[base] = {deferred = 0, log = {}, slots = {}}}
     local due = defer_until(gate, base, l, id, from, true, false)
@@ -101,6 +100,7 @@ if rated then
     counted = from + horizon
     entry = counted + 0.5
   end
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - l.window)
   redis.call('ZADD', log, entry, member)
   keep_for(log, entry - now + l.window)
 end
