@@ -15,8 +15,10 @@
 -- ARGV[4] wake channel, optional        dq:{Q}:wake (a job put back, or a waiter woken)
 -- ARGV[5] horizon ms, optional          a batch (runner/batches.py) may start the job up to
 --         this long after now without beginning it again: granted (at most a tenth of the
---         window) only when the window has room for ARGV[6] more starts after this one, and
---         then the job's entry is counted at the horizon's end (the latest it may start)
+--         window) only when the window, with this job and ARGV[6] more starts, holds at most
+--         half the rate (a limit far from reached: the entry counted later than the start
+--         takes room from no one), and then the job's entry is counted at the horizon's end
+--         (the latest it may start)
 -- ARGV[6] starts the batch still makes after this job, optional (default 0)
 -- Returns {1, attempt, max attempts or "", now in microseconds, 1 when the job has a rate
 -- else 0, the ms its start is counted at (the latest it may start; with no rate, now)} to run (Redis's clock: a job dispatched ahead of its due time is held until then
@@ -96,7 +98,7 @@ if rated then
                            math.floor(l.window / 10))
   local after = number_in(ARGV[6] or '0', 0, 1e9) or 0
   local entry = from
-  if horizon > 0 and l.rate - starts > after then
+  if horizon > 0 and (starts + after) * 2 <= l.rate then
     counted = from + horizon
     entry = counted + 0.5
   end
