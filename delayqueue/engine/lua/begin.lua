@@ -102,6 +102,11 @@ if rated then
     counted = from + horizon
     entry = counted + 0.5
   end
+  if score and score % 1 ~= 0 and score > entry then
+    -- An earlier begin of this dispatch counted it later (a resend, or a job held until its
+    -- due time): kept, so the instant counted is never before the job's start.
+    entry, counted = score, score - 0.5
+  end
   redis.call('ZREMRANGEBYSCORE', log, '-inf', now - l.window)
   redis.call('ZADD', log, entry, member)
   keep_for(log, entry - now + l.window)
