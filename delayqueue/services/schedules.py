@@ -18,9 +18,11 @@ from delayqueue.engine.registry import queue_names
 from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable
+from delayqueue.observability import reported
 from delayqueue.periodic import planner
 from delayqueue.periodic.planner import RECORD_ERRORS
 from delayqueue.periodic.rules import EPOCH, upcoming
+from delayqueue.signals import SENDER_ADMIN
 
 NEXT_RUNS = 5
 T = TypeVar("T")
@@ -185,6 +187,7 @@ def run_now(name: str) -> str | None:
     limits = stored.limits or ""  # (its limits hold for it too)
     job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec, limits)
     keys = queue_keys(stored.queue)
-    call = transitions.enqueue(keys, [job], wake_horizon_ms=WAKE_HORIZON_MS)
+    one_off = reported.Written(reported.OneOff(stored.task or ""))
+    call = reported.enqueue(SENDER_ADMIN, keys, [job], [one_off], wake_horizon_ms=WAKE_HORIZON_MS)
     [done] = _on_record(call, name, "run now")
     return done.id

@@ -7,6 +7,7 @@ once per tick."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from delayqueue.periodic.identity import occurrence_id
 from delayqueue.services import schedules as schedule_service
 from tests.support import jobs
 from tests.support.admin_pages import text, url, user_client
+from tests.support.recording import recording
 from tests.support.states import redis_ms
 from tests.support.waiting import wait_for
 
@@ -499,3 +501,28 @@ def test_two_delay_workers_run_an_every_second_schedule_once_per_tick(
     assert max(gaps) < 1.5, gaps  # no tick lost between two runs
     for at in runs:  # each run starts just after its whole second
         assert at - int(at) < 0.5, runs
+
+
+@pytest.mark.django_db
+def test_run_now_from_the_admin_and_the_command_line_sends_job_scheduled(
+    django_user_model: Any,
+    declare: Callable[..., None],
+    r: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A schedule's extra run is a job written as any other: ``job_scheduled`` (sender
+    "admin") with its id, the schedule's task and its due time, and its log line."""
+    declare("tick", every=60)
+    planner.reconcile()
+    client = user_client(django_user_model, "runner", "view_jobs", "run_schedules")
+    with recording() as recorder, caplog.at_level(logging.INFO, logger="delayqueue.jobs"):
+        done = client.post(url("schedule_act"), {"action": "run_now", "name": "tick"})
+        assert done.status_code in (200, 302)
+        call_command("delayqueue", "schedules", "run-now", "tick", "--yes", stdout=StringIO())
+    sent = recorder.of("scheduled")
+    assert len(sent) == 2 and recorder.senders("scheduled") == {"admin"}
+    for one in sent:
+        assert one["task"] == RECORD and one["queue"] == Q and one["outcome"] == "created"
+        assert one["due_ms"] == scheduled_at(r, one["job_id"])
+    logged = [rec for rec in caplog.records if getattr(rec, "transition", "") == "scheduled"]
+    assert [rec.job_id for rec in logged] == [one["job_id"] for one in sent]  # type: ignore[attr-defined]
