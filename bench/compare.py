@@ -3,14 +3,14 @@
 turns, figure by figure.
 
 The ref (and ``--after``'s) is checked out with ``git worktree add --detach`` into a
-temporary directory (removed at the end): a run against a commit goes on unchanged while
-the working tree is edited. Each round runs ``python -m bench --only ... --json ...`` once for each side,
-the side that goes first alternating from round to round, with this interpreter (the same
-.venv for both) and ``PYTHONPATH`` and the working directory set to the side's tree, so
-that the bench, its Celery worker and its delay workers import that tree's delayqueue (the
-editable install's finder comes after ``sys.path``). Then it prints every figure: the
-median over the rounds of the ref ("before") and of the working tree ("after"), their
-ratio, and each round's values. A figure one side has and the other lacks shows "-".
+temporary directory (removed at the end): a run against a commit goes on unchanged while the
+working tree is edited. Each round runs ``python -m bench --only ... --json ...`` once for
+each side, the side that goes first alternating from round to round, with this interpreter
+(the same .venv for both) and ``PYTHONPATH`` and the working directory set to the side's
+tree, so that the bench, its Celery worker and its delay workers import that tree's
+delayqueue (the editable install's finder comes after ``sys.path``). Then it prints every
+figure: the median over the rounds of the ref ("before") and of the working tree ("after"),
+their ratio, and each round's values. A figure one side has and the other lacks shows "-".
 """
 
 from __future__ import annotations
