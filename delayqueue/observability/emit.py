@@ -24,10 +24,6 @@ DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logg
 Fields = dict[str, Any]
 
 
-def _none(fields: Fields) -> Fields:
-    return {}
-
-
 @dataclass(frozen=True)
 class Event:
     """One event, declared: its log line (``message`` at ``level``, its arguments
@@ -42,7 +38,7 @@ class Event:
     text: Callable[[Fields], tuple[Any, ...]]
     extras: tuple[str, ...] = ()
     sent: tuple[str, ...] = ("queue", "job_id")
-    computed: Callable[[Fields], Fields] = _none
+    computed: Callable[[Fields], Fields] | None = None
 
     def wanted(self, level: int | None = None) -> bool:
         """Whether ``emit`` at ``level`` would log or send anything: a caller checks it
@@ -58,7 +54,9 @@ def emit(event: Event, sender: str, level: int | None = None, /, **fields: Any) 
     level = event.level if level is None else level
     if logger.isEnabledFor(level):
         get = fields.get
-        extra = {name: get(name) for name in event.extras}
+        extra = {name: get(name) for name in event.extras} if event.extras else {}
+        if event.computed is not None:
+            extra.update(event.computed(fields))
         log(
             level,
             event.message,
@@ -70,7 +68,6 @@ def emit(event: Event, sender: str, level: int | None = None, /, **fields: Any) 
             get("attempt"),
             get("lateness_ms"),
             **extra,
-            **event.computed(fields),
         )
     if event.signal is not None and event.signal.receivers:
         send(event.signal, sender, **{name: fields.get(name) for name in event.sent})
