@@ -251,6 +251,17 @@ def bury(
     return reporting(transitions.bury(keys, job_id, reason), report)
 
 
+def expire(sender: str, keys: QueueKeys, job_id: str, task: str | None = None) -> ScriptCall[bool]:
+    """A job that expired before it could start -> dead, reason "expired": ``job_expired``
+    then ``job_dead`` (cause "expired")."""
+
+    def report(buried: bool) -> None:
+        if buried:
+            limit_events.expired(sender, keys.queue, job_id, task)
+
+    return reporting(transitions.bury(keys, job_id, limit_events.EXPIRED_REASON), report)
+
+
 def reap(keys: QueueKeys, *, limit: int, max_attempts: int) -> ScriptCall[Reaped]:
     """In flight past the visibility timeout -> scheduled again, or dead; one line per pass
     that moved any (and ``jobs_reaped``)."""
