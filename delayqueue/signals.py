@@ -10,7 +10,8 @@ a receiver of ``job_started`` must be connected in the Celery worker (for exampl
 below. Compare it with ``==`` in the receiver (``connect(sender=...)`` compares identity).
 
 Every signal carries ``queue``, and ``job_id`` when it is about one job (not ``job_reaped``,
-``job_limited``, ``dead_purged``, ``queue_paused``, ``queue_resumed``);
+``job_limited``, ``dead_purged``, ``queue_paused``, ``queue_resumed``, ``schedule_paused``,
+``schedule_resumed``);
 the others are listed per signal. Times are epoch ms of Redis's clock (``due_ms``) or
 durations (``*_ms`` ints, ``runtime`` seconds); ``None`` where the sender does not know one.
 """
@@ -109,6 +110,14 @@ queue_paused = Signal()
 #: ``job_id``.
 queue_resumed = Signal()
 
+#: A periodic schedule was paused: its next occurrence's job is gone and none is planned
+#: until it is resumed (admin, command line). ``schedule`` (its name). No ``job_id``.
+schedule_paused = Signal()
+
+#: A paused schedule was resumed: its next occurrence is planned (admin, command line).
+#: ``schedule``, ``next_ms`` (that occurrence's instant, epoch ms). No ``job_id``.
+schedule_resumed = Signal()
+
 ALL = {
     "scheduled": job_scheduled,
     "cancelled": job_cancelled,
@@ -127,4 +136,6 @@ ALL = {
     "purged": dead_purged,
     "paused": queue_paused,
     "resumed": queue_resumed,
+    "schedule_paused": schedule_paused,
+    "schedule_resumed": schedule_resumed,
 }

@@ -110,6 +110,26 @@ QUEUE_RESUMED = Event(
     sent=("queue",),
 )
 
+SCHEDULE_PAUSED = Event(
+    "schedule_paused",
+    signals.schedule_paused,
+    WARNING,
+    "schedule %s on %s paused",
+    lambda f: (f["schedule"], f["queue"]),
+    extras=("schedule",),
+    sent=("queue", "schedule"),
+)
+
+SCHEDULE_RESUMED = Event(
+    "schedule_resumed",
+    signals.schedule_resumed,
+    WARNING,
+    "schedule %s on %s resumed, next occurrence %s",
+    lambda f: (f["schedule"], f["queue"], when(f["next_ms"])),
+    extras=("schedule", "next_ms"),
+    sent=("queue", "schedule", "next_ms"),
+)
+
 # ---- the delay worker ----------------------------------------------------------------------
 
 

@@ -35,6 +35,8 @@ from delayqueue.observability.catalog import (
     REAPED,
     REQUEUED,
     RESCHEDULED,
+    SCHEDULE_PAUSED,
+    SCHEDULE_RESUMED,
     SCHEDULED,
     SCHEDULED_BATCH,
     STARTED,
@@ -114,6 +116,14 @@ def queue_paused(sender: str, queue: str, note: str) -> None:
 
 def queue_resumed(sender: str, queue: str) -> None:
     emit(QUEUE_RESUMED, sender, queue=queue)
+
+
+def schedule_paused(sender: str, queue: str, schedule: str) -> None:
+    emit(SCHEDULE_PAUSED, sender, queue=queue, schedule=schedule)
+
+
+def schedule_resumed(sender: str, queue: str, schedule: str, next_ms: int) -> None:
+    emit(SCHEDULE_RESUMED, sender, queue=queue, schedule=schedule, next_ms=next_ms)
 
 
 def dispatched_batch(queue: str, lateness: list[int | None]) -> None:

@@ -1,6 +1,6 @@
 """Prometheus counters of what operators do (the admin's and the command line's actions):
-in-flight jobs forced back, dead jobs purged, queues paused and resumed. Connected when
-``delayqueue.observability.metrics`` is imported, as its own counters are."""
+in-flight jobs forced back, dead jobs purged, queues and schedules paused and resumed.
+Connected when ``delayqueue.observability.metrics`` is imported, as its own counters are."""
 
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ FORCED_BACK = Counter(
 PURGED = Counter("delayqueue_dead_purged", "Dead jobs an operator deleted", ["queue"])
 PAUSES = Counter("delayqueue_queue_pauses", "Times an operator paused the queue", ["queue"])
 RESUMES = Counter("delayqueue_queue_resumes", "Times an operator resumed the queue", ["queue"])
+SCHEDULE_PAUSES = Counter(
+    "delayqueue_schedule_pauses", "Times an operator paused the schedule", ["queue", "schedule"]
+)
+SCHEDULE_RESUMES = Counter(
+    "delayqueue_schedule_resumes", "Times an operator resumed the schedule", ["queue", "schedule"]
+)
 
 
 def _on_forced_back(*, queue: str, **_: Any) -> None:
@@ -34,11 +40,21 @@ def _on_resumed(*, queue: str, **_: Any) -> None:
     RESUMES.labels(queue).inc()
 
 
+def _on_schedule_paused(*, queue: str, schedule: str, **_: Any) -> None:
+    SCHEDULE_PAUSES.labels(queue, schedule).inc()
+
+
+def _on_schedule_resumed(*, queue: str, schedule: str, **_: Any) -> None:
+    SCHEDULE_RESUMES.labels(queue, schedule).inc()
+
+
 for _signal, _receiver in (
     (signals.job_forced_back, _on_forced_back),
     (signals.dead_purged, _on_purged),
     (signals.queue_paused, _on_paused),
     (signals.queue_resumed, _on_resumed),
+    (signals.schedule_paused, _on_schedule_paused),
+    (signals.schedule_resumed, _on_schedule_resumed),
 ):
     _signal.connect(
         _receiver,

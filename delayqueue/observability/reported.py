@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from delayqueue.engine import transitions
+from delayqueue.engine import schedules, transitions
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.transitions import (
     Cancelled,
@@ -322,6 +322,25 @@ def resume(sender: str, keys: QueueKeys) -> ScriptCall[bool]:
             events.queue_resumed(sender, keys.queue)
 
     return reporting(transitions.resume(keys), report)
+
+
+def pause_schedule(sender: str, keys: QueueKeys, name: str) -> ScriptCall[bool]:
+    """A schedule stops (its next occurrence's job goes): ``schedule_paused`` when it was
+    running."""
+
+    def report(paused: bool) -> None:
+        if paused:
+            events.schedule_paused(sender, keys.queue, name)
+
+    return reporting(schedules.unplan(keys, name, "pause"), report)
+
+
+def resume_schedule(
+    sender: str, call: ScriptCall[T], queue: str, name: str, next_ms: int
+) -> ScriptCall[T]:
+    """``call``, which plans paused schedule ``name``'s occurrence at ``next_ms`` (the
+    planner builds it): ``schedule_resumed`` once it ran."""
+    return reporting(call, lambda _: events.schedule_resumed(sender, queue, name, next_ms))
 
 
 def _text(job_id: Id) -> str:

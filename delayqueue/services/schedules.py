@@ -154,7 +154,8 @@ def pause(name: str) -> bool:
     stored = _with_record(name, "paused")
     if stored is None:
         return False
-    return _on_record(schedules.unplan(queue_keys(stored.queue), name, "pause"), name, "paused")
+    call = reported.pause_schedule(SENDER_ADMIN, queue_keys(stored.queue), name)
+    return _on_record(call, name, "paused")
 
 
 def resume(name: str) -> bool:
@@ -168,7 +169,8 @@ def resume(name: str) -> bool:
     try:
         next_ms = planner.rule_of(stored).next_after(redis_now())
         # (the record keeps its rule, its counts and its last run: only the plan is new)
-        call = planner.plan_call(stored.queue, name, next_ms, spec, None)
+        planned = planner.plan_call(stored.queue, name, next_ms, spec, None)
+        call = reported.resume_schedule(SENDER_ADMIN, planned, stored.queue, name, next_ms)
     except RedisUnavailable:
         raise
     except RECORD_ERRORS as exc:

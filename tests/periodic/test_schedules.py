@@ -526,3 +526,29 @@ def test_run_now_from_the_admin_and_the_command_line_sends_job_scheduled(
         assert one["due_ms"] == scheduled_at(r, one["job_id"])
     logged = [rec for rec in caplog.records if getattr(rec, "transition", "") == "scheduled"]
     assert [rec.job_id for rec in logged] == [one["job_id"] for one in sent]  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db
+def test_pausing_and_resuming_a_schedule_sends_its_signals_and_logs_them(
+    django_user_model: Any,
+    declare: Callable[..., None],
+    r: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """From the admin and from the command line: ``schedule_paused`` when it was running,
+    ``schedule_resumed`` with the instant of the occurrence it planned."""
+    declare("tick", every=60)
+    planner.reconcile()
+    pauser = user_client(django_user_model, "pauser", "view_jobs", "pause_schedules")
+    with recording() as recorder, caplog.at_level(logging.INFO, logger="delayqueue.jobs"):
+        pauser.post(url("schedule_act"), {"action": "pause", "name": "tick"})
+        pauser.post(url("schedule_act"), {"action": "pause", "name": "tick"})  # paused: no event
+        call_command("delayqueue", "schedules", "resume", "tick", stdout=StringIO())
+        call_command("delayqueue", "schedules", "pause", "tick", "--yes", stdout=StringIO())
+    assert recorder.of("schedule_paused") == [{"queue": Q, "schedule": "tick"}] * 2
+    [resumed] = recorder.of("schedule_resumed")
+    assert resumed["schedule"] == "tick" and resumed["queue"] == Q
+    assert resumed["next_ms"] > redis_ms(r) - MINUTE
+    assert recorder.senders("schedule_paused") == {"admin"}
+    logged = [getattr(rec, "transition", "") for rec in caplog.records]
+    assert logged.count("schedule_paused") == 2 and logged.count("schedule_resumed") == 1
