@@ -75,12 +75,6 @@ def scheduled(
              key=key, outcome=outcome)  # fmt: skip
 
 
-def scheduled_wanted(level: int) -> bool:
-    """Whether ``scheduled`` at ``level`` would log or send anything (a batch write skips
-    the per-job calls when not)."""
-    return SCHEDULED.wanted(level)
-
-
 def scheduled_batch(queue: str, outcomes: dict[str, int]) -> None:
     """One line for the jobs of one batch write on ``queue``: outcome -> count."""
     if logger.isEnabledFor(INFO):

@@ -37,7 +37,7 @@ from delayqueue.engine.transitions import (
 )
 from delayqueue.errors import DelayQueueError
 from delayqueue.observability import events, limit_events
-from delayqueue.observability.catalog import SUCCEEDED
+from delayqueue.observability.catalog import SCHEDULED, SUCCEEDED
 from delayqueue.observability.emit import DEBUG, INFO, logger
 from delayqueue.signals import SENDER_CELERY_WORKER
 
@@ -97,7 +97,7 @@ def enqueue(
     """(new) -> scheduled; ``job_scheduled`` per job at ``level`` (``writing[i]`` is
     ``jobs[i]``'s), and for ``level`` DEBUG (a batch's jobs) one INFO line for them all."""
     call = transitions.enqueue(keys, jobs, wake_horizon_ms=wake_horizon_ms)
-    each = events.scheduled_wanted(level)
+    each = SCHEDULED.wanted(level)
     summed = level == DEBUG and logger.isEnabledFor(INFO)
     if not (each or summed):
         return call
