@@ -254,7 +254,7 @@ for _signal, _receiver in _RECEIVERS.items():
     )
 
 
-from delayqueue.observability import limit_metrics  # noqa: E402, F401  (its counters)
+from delayqueue.observability import limit_metrics, operator_metrics  # noqa: E402, F401
 
 # ---- gauges read from Redis at scrape time -------------------------------------------------
 

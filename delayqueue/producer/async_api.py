@@ -39,7 +39,6 @@ from delayqueue.producer.writes import (
     durable_of,
     enqueue_call,
     in_atomic_block,
-    scheduled,
     written,
 )
 
@@ -131,10 +130,9 @@ async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
         await aremember_queue(job.queue)
         reply = (await arun_direct(enqueue_call(specs), durable=specs[0].durable))[0]
         apply_reply(job, reply)
-        scheduled(job, reply)
         return
     for queue in {s.job.queue for s in specs}:
         await aremember_queue(queue)
     chunks = chunked(specs)
-    replies = await arun_all([enqueue_call(chunk) for chunk in chunks], durable=durable_of(specs))
-    written(chunks, replies, each_level)
+    calls = [enqueue_call(chunk, each_level) for chunk in chunks]
+    written(chunks, await arun_all(calls, durable=durable_of(specs)))

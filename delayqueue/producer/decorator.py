@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from celery import Task, shared_task
 from celery.local import Proxy
@@ -24,6 +24,8 @@ from delayqueue.runner.attempt import Backoff
 from delayqueue.runner.job import run_job
 from delayqueue.validators import check_flag
 from delayqueue.wire import dispatch_headers
+
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     _TaskBase = Task[Any, Any]
@@ -79,18 +81,10 @@ class DelayedTask(_TaskBase):
     ) -> api.Job:
         """Run ``self(*args, **kwargs)`` once the given delay has passed."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        return api.enqueue(
-            self,
-            args,
-            kwargs,
-            delay=delay,
-            key=key,
-            on_conflict=on_conflict,
-            on_commit=on_commit,
-            durable=durable,
-            limit_key=limit_key,
-            expires=expires,
-        )
+        return self._enqueue(
+            api.enqueue, args, kwargs, delay, None, key, on_conflict, on_commit, durable,
+            limit_key, expires,
+        )  # fmt: skip
 
     def delay_until(
         self,
@@ -105,18 +99,10 @@ class DelayedTask(_TaskBase):
         **kwargs: Any,
     ) -> api.Job:
         """Run ``self(*args, **kwargs)`` at ``eta`` (an aware datetime)."""
-        return api.enqueue(
-            self,
-            args,
-            kwargs,
-            eta=eta,
-            key=key,
-            on_conflict=on_conflict,
-            on_commit=on_commit,
-            durable=durable,
-            limit_key=limit_key,
-            expires=expires,
-        )
+        return self._enqueue(
+            api.enqueue, args, kwargs, None, eta, key, on_conflict, on_commit, durable,
+            limit_key, expires,
+        )  # fmt: skip
 
     def delay_many(
         self,
@@ -156,12 +142,52 @@ class DelayedTask(_TaskBase):
                 s.durable = durable
         return specs
 
+    # ---- the defaulting the blocking and the awaited methods share ----------------------------
+
+    def _enqueue(
+        self,
+        enqueue: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        delay: float | timedelta | None,
+        eta: datetime | None,
+        key: str | None,
+        on_conflict: api.OnConflict,
+        on_commit: bool,
+        durable: bool | None,
+        limit_key: str | None,
+        expires: float | timedelta | None,
+    ) -> R:
+        """``enqueue`` (api.enqueue, or async_api.aenqueue: its coroutine) of this
+        task's job, due after ``delay`` seconds or at ``eta``."""
+        return enqueue(
+            self, args, kwargs, delay=delay, eta=eta, key=key, on_conflict=on_conflict,
+            on_commit=on_commit, durable=durable, limit_key=limit_key, expires=expires,
+        )  # fmt: skip
+
+    def _durable(self, durable: bool | None) -> bool | None:
+        """A move's durability: the call's, else the task's (else DURABLE decides)."""
+        return self.dq_durable if durable is None else durable
+
+    @staticmethod
+    def _move_delay(
+        eta: datetime | None,
+        seconds: float | None,
+        minutes: float | None,
+        hours: float | None,
+        days: float | None,
+        delta: timedelta | None,
+    ) -> float | timedelta | None:
+        """A reschedule's delay; None when it gives ``eta``."""
+        if eta is not None:
+            return None
+        return delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
+
     def cancel(
         self, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
     ) -> bool:
         """Remove this task's scheduled job (by id or dedupe key); whether one was removed."""
-        durable = self.dq_durable if durable is None else durable
-        return api.cancel(self.delay_queue, job_id, key=key, durable=durable)
+        return api.cancel(self.delay_queue, job_id, key=key, durable=self._durable(durable))
 
     def reschedule(
         self,
@@ -177,14 +203,9 @@ class DelayedTask(_TaskBase):
         durable: bool | None = None,
     ) -> api.Job | None:
         """Move a scheduled job to a new due time; None when it is no longer scheduled."""
-        durable = self.dq_durable if durable is None else durable
-        delay = None
-        if eta is None:
-            delay = delay_seconds(
-                seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
-            )
+        delay = self._move_delay(eta, seconds, minutes, hours, days, delta)
         return api.reschedule(
-            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
+            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=self._durable(durable)
         )
 
     # ---- the same on an event loop (delayqueue.producer.async_api): awaited, no thread --------
@@ -207,18 +228,10 @@ class DelayedTask(_TaskBase):
     ) -> api.Job:
         """``delay_for``, awaited on the running event loop."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        return await async_api.aenqueue(
-            self,
-            args,
-            kwargs,
-            delay=delay,
-            key=key,
-            on_conflict=on_conflict,
-            on_commit=on_commit,
-            durable=durable,
-            limit_key=limit_key,
-            expires=expires,
-        )
+        return await self._enqueue(
+            async_api.aenqueue, args, kwargs, delay, None, key, on_conflict, on_commit,
+            durable, limit_key, expires,
+        )  # fmt: skip
 
     async def adelay_until(
         self,
@@ -233,18 +246,10 @@ class DelayedTask(_TaskBase):
         **kwargs: Any,
     ) -> api.Job:
         """``delay_until``, awaited on the running event loop."""
-        return await async_api.aenqueue(
-            self,
-            args,
-            kwargs,
-            eta=eta,
-            key=key,
-            on_conflict=on_conflict,
-            on_commit=on_commit,
-            durable=durable,
-            limit_key=limit_key,
-            expires=expires,
-        )
+        return await self._enqueue(
+            async_api.aenqueue, args, kwargs, None, eta, key, on_conflict, on_commit,
+            durable, limit_key, expires,
+        )  # fmt: skip
 
     async def adelay_many(
         self,
@@ -268,8 +273,9 @@ class DelayedTask(_TaskBase):
         self, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
     ) -> bool:
         """``cancel``, awaited on the running event loop."""
-        durable = self.dq_durable if durable is None else durable
-        return await async_api.acancel(self.delay_queue, job_id, key=key, durable=durable)
+        return await async_api.acancel(
+            self.delay_queue, job_id, key=key, durable=self._durable(durable)
+        )
 
     async def areschedule(
         self,
@@ -285,14 +291,9 @@ class DelayedTask(_TaskBase):
         durable: bool | None = None,
     ) -> api.Job | None:
         """``reschedule``, awaited on the running event loop."""
-        durable = self.dq_durable if durable is None else durable
-        delay = None
-        if eta is None:
-            delay = delay_seconds(
-                seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
-            )
+        delay = self._move_delay(eta, seconds, minutes, hours, days, delta)
         return await async_api.areschedule(
-            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
+            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=self._durable(durable)
         )
 
 

@@ -18,9 +18,11 @@ from delayqueue.engine.roster import queue_names
 from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable
+from delayqueue.observability import reported
 from delayqueue.periodic import planner
 from delayqueue.periodic.planner import RECORD_ERRORS
 from delayqueue.periodic.rules import EPOCH, upcoming
+from delayqueue.signals import SENDER_ADMIN
 
 NEXT_RUNS = 5
 T = TypeVar("T")
@@ -152,7 +154,8 @@ def pause(name: str) -> bool:
     stored = _with_record(name, "paused")
     if stored is None:
         return False
-    return _on_record(schedules.unplan(queue_keys(stored.queue), name, "pause"), name, "paused")
+    call = reported.pause_schedule(SENDER_ADMIN, queue_keys(stored.queue), name)
+    return _on_record(call, name, "paused")
 
 
 def resume(name: str) -> bool:
@@ -166,7 +169,8 @@ def resume(name: str) -> bool:
     try:
         next_ms = planner.rule_of(stored).next_after(redis_now())
         # (the record keeps its rule, its counts and its last run: only the plan is new)
-        call = planner.plan_call(stored.queue, name, next_ms, spec, None)
+        planned = planner.plan_call(stored.queue, name, next_ms, spec, None)
+        call = reported.resume_schedule(SENDER_ADMIN, planned, stored.queue, name, next_ms)
     except RedisUnavailable:
         raise
     except RECORD_ERRORS as exc:
@@ -185,6 +189,7 @@ def run_now(name: str) -> str | None:
     limits = stored.limits or ""  # (its limits hold for it too)
     job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec, limits)
     keys = queue_keys(stored.queue)
-    call = transitions.enqueue(keys, [job], wake_horizon_ms=WAKE_HORIZON_MS)
+    one_off = reported.Written(reported.OneOff(stored.task or ""))
+    call = reported.enqueue(SENDER_ADMIN, keys, [job], [one_off], wake_horizon_ms=WAKE_HORIZON_MS)
     [done] = _on_record(call, name, "run now")
     return done.id

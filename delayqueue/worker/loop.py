@@ -31,7 +31,7 @@ from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.engine.wake import WakeChannels, WakeLost
 from delayqueue.errors import DelayQueueError, RedisUnavailable
-from delayqueue.observability import limit_events, reported
+from delayqueue.observability import reported
 from delayqueue.periodic import planner
 from delayqueue.validators import (
     check_claim_size,
@@ -234,7 +234,7 @@ class DelayWorker:
             if reaping:
                 calls.append(reported.reap(keys, limit=self.claim_size, max_attempts=attempts))
             calls.append(
-                transitions.claim(
+                reported.claim(
                     keys,
                     limit=self.claim_limit,
                     visibility_ms=self.visibility_ms,
@@ -258,7 +258,6 @@ class DelayWorker:
         self.clock.observe(claim.now_ms, replied)
         seen = len(claim.jobs) + claim.held + len(claim.expired)  # (held, expired: seen too)
         result.full = result.full or seen >= self.claim_limit
-        limit_events.claimed(queue, claim.expired, claim.held)
         # The next job is claimed ahead_ms before it is due.
         next_claim = None if claim.next_due_ms is None else claim.next_due_ms - self.ahead_ms
         points = [

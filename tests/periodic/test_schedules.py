@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from io import StringIO
 from typing import Any
 
@@ -25,7 +25,6 @@ from delayqueue.engine import schedules
 from delayqueue.engine.keys import JOB_ID, ScheduleField, queue_keys
 from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.periodic import declarations, planner
-from delayqueue.periodic import declare as declaring
 from delayqueue.periodic.identity import occurrence_id
 from delayqueue.services import schedules as schedule_service
 from tests.support import jobs
@@ -36,32 +35,6 @@ from tests.support.waiting import wait_for
 Q = "periodic"
 MINUTE = 60_000
 RECORD = "tests.support.jobs.record"
-
-
-@pytest.fixture
-def declare(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
-    """Declare schedules in code for one test (the registry is this test's alone)."""
-    monkeypatch.setattr(declarations, "_in_code", {})
-
-    def add(
-        name: str,
-        *,
-        cron: str | None = None,
-        every: float | None = None,
-        timezone: str | None = None,
-        missed: str = "once",
-        args: tuple[Any, ...] | None = None,
-        task: str = RECORD,
-    ) -> None:
-        build = declaring._builder(task, args if args is not None else (name,), None, Q)
-        declarations.add(
-            declaring._declared(
-                name, task, cron=cron, every=every, timezone=timezone, missed=missed,
-                source="code", build=build,
-            )
-        )  # fmt: skip
-
-    yield add
 
 
 def stored(name: str) -> ScheduleRecord:
