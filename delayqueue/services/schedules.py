@@ -13,11 +13,13 @@ from delayqueue.engine import queues as queue_reads
 from delayqueue.engine import schedules, transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import new_job_id, queue_keys
+from delayqueue.engine.packing import with_trace
 from delayqueue.engine.reads import redis_now
 from delayqueue.engine.roster import queue_names
 from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable
+from delayqueue.integrations import otel
 from delayqueue.observability import reported
 from delayqueue.periodic import planner
 from delayqueue.periodic.planner import RECORD_ERRORS
@@ -187,6 +189,7 @@ def run_now(name: str) -> str | None:
     if stored is None or not spec:
         return None
     limits = stored.limits or ""  # (its limits hold for it too)
+    spec = with_trace(spec, otel.active_context())  # the admin request's trace, if any
     job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec, limits)
     keys = queue_keys(stored.queue)
     one_off = reported.Written(reported.OneOff(stored.task or ""))

@@ -20,6 +20,7 @@ from delayqueue.integrations import otel
 from delayqueue.periodic import declarations, planner
 from delayqueue.periodic import declare as declaring
 from delayqueue.periodic.identity import occurrence_id
+from delayqueue.services import schedules as schedule_service
 from tests.support import jobs
 from tests.support.stored import packed_specs
 from tests.support.waiting import wait_for
@@ -102,6 +103,19 @@ def test_under_an_active_span_the_fired_occurrence_is_in_that_trace(
         line = otel.active_context()
     assert line[3:52] == _ids(request)
     assert (unpack(with_trace(_schedule_spec(), line)) or {})[JobField.TRACE] == line
+
+
+def test_run_now_under_an_active_span_keeps_its_context_and_without_one_none(
+    r: redis.Redis, spans_here: InMemorySpanExporter, tick: int
+) -> None:
+    with trace.get_tracer("tests").start_as_current_span("POST run now") as request:
+        in_a_request = schedule_service.run_now("tick")
+    plain = schedule_service.run_now("tick")
+    assert in_a_request is not None and plain is not None
+    kept = _kept(r, in_a_request)
+    assert kept is not None and kept[3:52] == _ids(request)
+    assert _kept(r, plain) is None
+    assert JobField.TRACE not in (unpack(_schedule_spec()) or {})  # the schedule keeps none
 
 
 def test_an_occurrence_claimed_before_its_step_is_left_as_it_is(
