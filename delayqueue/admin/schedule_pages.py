@@ -43,22 +43,10 @@ def schedule_act(request: HttpRequest, site: AdminSite) -> HttpResponse:
     if schedules.find(name) is None:
         raise NotFound(f"There is no schedule named “{name[:100]}”.")
     try:
-        done, text = _act(action, name)
+        done, said = schedules.act(action, name)
+        text = f"{said[0].upper()}{said[1:]}."
     except CorruptSchedule as exc:  # its record cannot be acted on: the page says why
         messages.add_message(request, messages.ERROR, f"{exc}.")
     else:
         messages.add_message(request, messages.SUCCESS if done else messages.WARNING, text)
     return HttpResponseRedirect(_url("schedules"))
-
-
-def _act(action: str, name: str) -> tuple[bool, str]:
-    if action == "pause":
-        done = schedules.pause(name)
-        return done, f"Schedule {name} paused." if done else f"Schedule {name} was paused already."
-    if action == "resume":
-        done = schedules.resume(name)
-        return done, f"Schedule {name} resumed." if done else f"Schedule {name} was not paused."
-    job_id = schedules.run_now(name)
-    if job_id is None:
-        return False, f"Schedule {name}: no job to run (its task and arguments are not stored)."
-    return True, f"Schedule {name}: job {job_id} runs now."

@@ -55,19 +55,6 @@ def act(action: str, name: str) -> tuple[bool, str]:
     if schedules.find(name) is None:
         return False, f"there is no schedule named {name!r}"
     try:
-        return _act(action, name)
+        return schedules.act(action, name)
     except CorruptSchedule as exc:
         return False, str(exc)
-
-
-def _act(action: str, name: str) -> tuple[bool, str]:
-    if action == "pause":
-        done = schedules.pause(name)
-        return done, f"schedule {name} paused" if done else f"schedule {name} was paused already"
-    if action == "resume":
-        done = schedules.resume(name)
-        return done, f"schedule {name} resumed" if done else f"schedule {name} was not paused"
-    job_id = schedules.run_now(name)
-    if job_id is None:
-        return False, f"schedule {name}: no job to run (its task and arguments are not stored)"
-    return True, f"schedule {name}: job {job_id} runs now"

@@ -196,3 +196,19 @@ def run_now(name: str) -> str | None:
     call = reported.enqueue(SENDER_ADMIN, keys, [job], [one_off], wake_horizon_ms=WAKE_HORIZON_MS)
     [done] = _on_record(call, name, "run now")
     return done.id
+
+
+def act(action: str, name: str) -> tuple[bool, str]:
+    """Pause, resume or run now ("pause", "resume", or "run_now" / "run-now") schedule
+    ``name``, as the admin and the command line ask: (done, what to say, a sentence without
+    its capital and full stop). A record that cannot be acted on raises CorruptSchedule."""
+    if action == "pause":
+        done = pause(name)
+        return done, f"schedule {name} paused" if done else f"schedule {name} was paused already"
+    if action == "resume":
+        done = resume(name)
+        return done, f"schedule {name} resumed" if done else f"schedule {name} was not paused"
+    job_id = run_now(name)
+    if job_id is None:
+        return False, f"schedule {name}: no job to run (its task and arguments are not stored)"
+    return True, f"schedule {name}: job {job_id} runs now"
