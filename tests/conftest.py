@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from django.test import Client
 
 import tests.support.fuzzing  # noqa: F401  (Hypothesis profiles, before any test module)
 from delayqueue.engine import clients as connection
 from tests.support.celery_apps import celery_app_on, close_apps_made, parked_broker_url
+from tests.support.corrupt import parked_broker
 from tests.support.data_redis import delayqueue_redis, flush
 from tests.support.processes import Process, child_env, start_celery_worker
 from tests.support.waiting import wait_for
@@ -111,3 +113,24 @@ def delay_worker(tmp_path: Path) -> Iterator[Callable[..., Process]]:
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def superuser(django_user_model: Any) -> Client:
+    """A logged-in admin client (the fuzzers' pages)."""
+    user = django_user_model.objects.create_superuser("fuzz", "fuzz@example.com", "pw")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def fresh(r: redis.Redis, parked_celery: Celery) -> Callable[[], None]:
+    """Empties the suite's Redis and the parked broker between a property test's examples."""
+
+    def reset() -> None:
+        r.flushdb()
+        connection.reset()
+        parked_broker().delete("celery")
+
+    return reset

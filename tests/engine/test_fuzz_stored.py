@@ -21,11 +21,10 @@ import redis
 from celery import Celery
 from django.test import Client
 from django.urls import reverse
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import delayqueue
-from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import current_minute, global_keys, new_job_id, queue_keys
 from delayqueue.runner.job import run_job
 from delayqueue.wire import RUN_BATCH, valid_dispatch
@@ -40,26 +39,18 @@ from tests.support.corrupt import (
     YEAR_0_MS,
     decode_message,
     page_url,
-    parked_broker,
     raw_redis,
     run_like_celery,
     states_of,
     take_messages,
 )
-from tests.support.fuzzing import examples
+from tests.support.fuzzing import SUPPRESS, examples
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db]
 
 Q = "tests"
 OTHER = "other"
-SUPPRESS = [
-    HealthCheck.too_slow,
-    HealthCheck.filter_too_much,
-    HealthCheck.function_scoped_fixture,
-    HealthCheck.data_too_large,
-    HealthCheck.large_base_example,
-]
 
 JOB_FIELDS = ["task", "args", "kwargs", "max", "vt", "key", "tok", "att", "rp", "began", "hist",
               "err", "tb", "why", "raw"]  # fmt: skip
@@ -455,24 +446,6 @@ def unaccounted(r: redis.Redis, planted: Planted, corruptions: list[tuple[Any, .
         elif not found and tag not in ran:
             problems.append(f"job {tag} was lost: in no state and it did not run")
     return problems
-
-
-@pytest.fixture
-def superuser(django_user_model: Any) -> Client:
-    user = django_user_model.objects.create_superuser("fuzz", "fuzz@example.com", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def fresh(r: redis.Redis, parked_celery: Celery) -> Callable[[], None]:
-    def reset() -> None:
-        r.flushdb()
-        connection.reset()
-        parked_broker().delete("celery")
-
-    return reset
 
 
 # No shrinking: an example costs about a second, and the corruptions of a failing one are

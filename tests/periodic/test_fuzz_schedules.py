@@ -21,11 +21,10 @@ import redis
 from celery import Celery
 from django.core.management import call_command
 from django.test import Client
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import delayqueue
-from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import ScheduleField, queue_keys
 from delayqueue.periodic import declarations, planner
 from delayqueue.periodic import declare as declaring
@@ -38,12 +37,11 @@ from tests.support.corrupt import (
     SCORES,
     VALUES,
     decode_message,
-    parked_broker,
     raw_redis,
     set_wrong_type,
     take_messages,
 )
-from tests.support.fuzzing import examples
+from tests.support.fuzzing import SUPPRESS, examples
 from tests.support.states import redis_ms
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db]
@@ -51,13 +49,6 @@ pytestmark = [pytest.mark.fuzz, pytest.mark.django_db]
 Q = "periodic"
 OTHER = "plain"
 RECORD = "tests.support.jobs.record"
-SUPPRESS = [
-    HealthCheck.too_slow,
-    HealthCheck.filter_too_much,
-    HealthCheck.function_scoped_fixture,
-    HealthCheck.data_too_large,
-    HealthCheck.large_base_example,
-]
 TAGS = ["every", "cron", "skip", "paused"]
 FIELDS = [value for name, value in vars(ScheduleField).items() if name.isupper()]
 SCHEDULE_VALUES: list[bytes | None] = [
@@ -120,24 +111,6 @@ def declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
                                 source="code", build=build)
         )  # fmt: skip
     yield
-
-
-@pytest.fixture
-def superuser(django_user_model: Any) -> Client:
-    user = django_user_model.objects.create_superuser("fuzz", "fuzz@example.com", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def fresh(r: redis.Redis, parked_celery: Celery) -> Callable[[], None]:
-    def reset() -> None:
-        r.flushdb()
-        connection.reset()
-        parked_broker().delete("celery")
-
-    return reset
 
 
 def plant(raw: redis.Redis) -> tuple[str, str]:

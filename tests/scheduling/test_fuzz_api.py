@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from kombu.utils.json import loads as kombu_loads
 
 import delayqueue
-from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.producer.api import Job, JobSpec
@@ -36,25 +35,16 @@ from tests.support.api_values import ARGS, KWARGS, build, deep_dict, deep_list
 from tests.support.celery_apps import celery_app_on
 from tests.support.corrupt import (
     decode_message,
-    parked_broker,
     raw_redis,
     run_like_celery,
     snapshot,
     snapshot_diff,
     take_messages,
 )
-from tests.support.fuzzing import examples
+from tests.support.fuzzing import SUPPRESS, examples
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.fuzz
-
-SUPPRESS = [
-    HealthCheck.too_slow,
-    HealthCheck.filter_too_much,
-    HealthCheck.function_scoped_fixture,
-    HealthCheck.data_too_large,
-    HealthCheck.large_base_example,
-]
 
 
 # ---- what a written job must become -----------------------------------------------------
@@ -152,16 +142,6 @@ def check_rescheduled(r: redis.Redis, job: Job, call: str) -> None:
 
 
 # ---- the properties ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def fresh(r: redis.Redis, parked_celery: Celery) -> Callable[[], None]:
-    def reset() -> None:
-        r.flushdb()
-        connection.reset()  # forgets which queues it already added to dq:queues
-        parked_broker().delete("celery")
-
-    return reset
 
 
 @settings(max_examples=examples(800), suppress_health_check=SUPPRESS)

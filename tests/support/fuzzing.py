@@ -24,6 +24,16 @@ settings.register_profile("ci", derandomize=True, **_COMMON)  # type: ignore[arg
 settings.register_profile("long", derandomize=False, **_COMMON)  # type: ignore[arg-type]
 settings.load_profile(PROFILE)
 
+# The health checks a property test over real Redis and real workers turns off: an example
+# takes up to a second, its data is large, and its fixtures hold for all its examples.
+SUPPRESS = [
+    HealthCheck.too_slow,
+    HealthCheck.filter_too_much,
+    HealthCheck.function_scoped_fixture,
+    HealthCheck.data_too_large,
+    HealthCheck.large_base_example,
+]
+
 
 def examples(ci: int) -> int:
     """The number of examples a property test runs: ``ci`` in the test command, more in the

@@ -21,7 +21,7 @@ compat = pytest.importorskip("delayqueue.django_tasks.compat")
 import redis  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import delayqueue  # noqa: E402
@@ -29,7 +29,7 @@ from delayqueue.engine import clients as connection  # noqa: E402
 from delayqueue.engine.keys import JobField, TaskResultField, queue_keys  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
 from tests.support.corrupt import SCORES, VALUES, raw_redis, set_wrong_type  # noqa: E402
-from tests.support.fuzzing import examples  # noqa: E402
+from tests.support.fuzzing import SUPPRESS, examples  # noqa: E402
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
@@ -37,13 +37,6 @@ Q = queue_keys("default")
 BACKEND = "delayqueue.tasks_backend.DelayQueueBackend"
 ADD = "tests.support.tasks_framework.add"
 NEVER_IMPORTED = "tests.support.imported_on_read"
-SUPPRESS = [
-    HealthCheck.too_slow,
-    HealthCheck.filter_too_much,
-    HealthCheck.function_scoped_fixture,
-    HealthCheck.data_too_large,
-    HealthCheck.large_base_example,
-]
 TAGS = ["scheduled", "inflight", "dead", "gone"]
 RESULT_FIELDS = [value for name, value in vars(TaskResultField).items() if name.isupper()]
 RECORD_FIELDS = [JobField.TASK, JobField.ARGS, JobField.KWARGS, JobField.ATTEMPTS,
