@@ -13,6 +13,8 @@ fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
   ack was lost). Jobs settled so far stay settled.
 - A batch that runs for half the visibility timeout settles what ran and begins the rest
   again, so a long batch never lets its later jobs be reaped while it still holds them.
+- A task with rides (``riders.py``) sends its calls in the same round trips: one after each
+  job's first begin, and what its code adds before each job's ack or fail.
 - A job with a rate is counted at its begin (begin.lua, docs/limits.md): one that would
   start more than RATE_SLACK after its begin's reply is begun again first, with the jobs
   after it that may start within RATE_SLACK (as many as ran since the last begin) in the
@@ -38,6 +40,7 @@ from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
 from delayqueue.observability import limit_events
+from delayqueue.runner import riders
 from delayqueue.runner.attempt import Attempt, Backoff, run_attempt
 from delayqueue.runner.expired import bury_expired
 from delayqueue.wire import BatchEntry, valid_dispatch
@@ -58,6 +61,7 @@ class BatchJob(BatchEntry):
     begun_us: int | None = None
     replied: float = 0.0
     rated: bool = False  # it has a rate: begun again when it would start RATE_SLACK late
+    ridden: Any = riders.NOT_RIDDEN  # the reply of its rides' call at its first begin
 
 
 @dataclass
@@ -99,10 +103,11 @@ def run_batch(
     claimed_ms: int | None = None,
     backoff: Backoff | None = None,
     visibility_timeout: float | None = None,
+    rides: riders.Rides | None = None,
 ) -> int:
     """Run the jobs of one batch message, each with ``call(job)`` (which runs the task's
     function on its arguments); how many succeeded. A job's exception is recorded (retry
-    or dead) and the batch goes on."""
+    or dead) and the batch goes on. ``rides``: the task's (riders.py)."""
     jobs = [BatchJob.parse(entry) for entry in entries]
     valid = [j for j in jobs if j is not None and valid_dispatch(queue, j.id, j.token)]
     if len(valid) != len(entries):
@@ -119,7 +124,7 @@ def run_batch(
     # with each job; this decides when the batch begins its later jobs again).
     own = visibility_timeout or get_settings().visibility_timeout
     visibility_ms = int(own * 1000)
-    pending = deque(_begin(keys, queue, valid, visibility_ms))
+    pending = deque(_begin(keys, queue, valid, visibility_ms, rides))
     begun_at = time.monotonic()
     settle = _Settle()
     succeeded = 0
@@ -128,13 +133,13 @@ def run_batch(
     while pending:
         if time.monotonic() - begun_at > visibility_ms / 2000:
             settle.send()
-            pending = deque(_begin(keys, queue, list(pending), visibility_ms))
+            pending = deque(_begin(keys, queue, list(pending), visibility_ms, rides))
             begun_at = time.monotonic()
             continue
         job = pending.popleft()
         if job.rated and not again and time.monotonic() - job.replied > RATE_SLACK:
             chunk = [job] + [pending.popleft() for _ in range(min(ran, len(pending)))]
-            pending.extendleft(reversed(_begin(keys, queue, chunk, visibility_ms)))
+            pending.extendleft(reversed(_begin(keys, queue, chunk, visibility_ms, rides)))
             again, ran = True, 0
             continue
         again, ran = False, ran + 1
@@ -143,19 +148,35 @@ def run_batch(
     return succeeded
 
 
-def _begin(keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int) -> list[BatchJob]:
-    """Begin every job in one round trip; the jobs this dispatch may run."""
+def _begin(
+    keys: QueueKeys,
+    queue: str,
+    jobs: list[BatchJob],
+    visibility_ms: int,
+    rides: riders.Rides | None = None,
+) -> list[BatchJob]:
+    """Begin every job in one round trip, with the calls of the task's rides after the
+    begins (a job's first); the jobs this dispatch may run."""
     calls = [transitions.begin(keys, j.id, j.token, visibility_ms=visibility_ms) for j in jobs]
+    request = getattr(current_task, "request", None)
+    ridden: list[tuple[BatchJob, transitions.ScriptCall[Any]]] = []
+    for j in jobs if rides is not None else []:
+        if j.ridden is riders.NOT_RIDDEN:  # (begun again: its first begin's reply stands)
+            ride = riders.ride(rides, keys, j.id, j.token, j.args, j.kwargs, request, j.due_ms)
+            if ride is not None:
+                ridden.append((j, ride))
     try:
-        replies = run_many(calls)
+        replies = run_many([*calls, *(ride for _, ride in ridden)])
         replied = time.monotonic()
     except DelayQueueError as exc:
         logger.error(
             "batch of %s jobs on %s not run: no start recorded (%s)", len(jobs), queue, exc
         )
         return []
+    for (job, _), reply in zip(ridden, replies[len(calls) :], strict=True):
+        job.ridden = reply
     runnable = []
-    for job, began in zip(jobs, replies, strict=True):
+    for job, began in zip(jobs, replies[: len(calls)], strict=True):
         if isinstance(began, DelayQueueError):
             logger.error(
                 "job %s on %s not run: its start was not recorded (%s)", job.id, queue, began
@@ -198,4 +219,5 @@ def _run_one(
         replied=job.replied,
         trace=trace_context.from_request(getattr(current_task, "request", None), job.id),
     )
-    return 1 if run_attempt(attempt, lambda: call(job), backoff, settle).succeeded else 0
+    with riders.running(job.id, job.ridden, settle):
+        return 1 if run_attempt(attempt, lambda: call(job), backoff, settle).succeeded else 0

@@ -30,7 +30,9 @@ def start(now_ms: int, worker: str, kept: int = 3, task: str = "t.path") -> Task
         Q, JOB, now_ms=now_ms, worker=worker, ttl_seconds=60, kept=kept, task=task,
         args="[]", kwargs="{}", backend="default", priority="0", status="RUNNING",
     )  # fmt: skip
-    return run_direct(call)
+    found = run_direct(call)
+    assert found is not None  # (no token: it always writes)
+    return found
 
 
 def test_each_attempt_adds_its_worker_and_keeps_the_first_start(r: redis.Redis) -> None:
