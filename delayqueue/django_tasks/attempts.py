@@ -97,7 +97,7 @@ def run_attempt(
         def failed() -> None:
             if attempt >= max_attempts:  # delayqueue sends it to dead: it has finished
                 history.finished_at = finished
-                _finished(task, job_id, args, kwargs, backend, TaskResultStatus.FAILED, history)
+                _failed(task, job_id, args, kwargs, backend, history)
 
         _record_outcome(queue, job_id, result_ttl, TaskResultStatus.FAILED, finished, history,
                         None, failed)  # fmt: skip
@@ -105,7 +105,11 @@ def run_attempt(
     history.finished_at = timezone.now()
 
     def succeeded() -> None:
-        _finished(task, job_id, args, kwargs, backend, TaskResultStatus.SUCCESSFUL, history, value)
+        try:
+            finished = results.finished_result(result, history.finished_at, value)
+            task_finished.send(sender=DelayQueueBackend, task_result=finished)
+        except Exception:
+            logger.exception("job %s: a task_finished receiver raised", job_id)
 
     _record_outcome(
         queue, job_id, result_ttl, TaskResultStatus.SUCCESSFUL, history.finished_at, history,
@@ -159,21 +163,21 @@ def _started(
     return begun
 
 
-def _finished(
+def _failed(
     task: Task[Any, Any],
     job_id: str,
     args: list[Any],
     kwargs: dict[str, Any],
     backend: str,
-    status: TaskResultStatus,
     history: results.History,
-    value: Any = None,
 ) -> None:
-    """``task_finished``, once the outcome is written: a receiver that raises is logged (the
-    job is settled already)."""
+    """``task_finished`` of the last failure, once the outcome is written: a receiver that
+    raises is logged (the job is settled already)."""
     try:
-        result = results.make_result(task, job_id, args, kwargs, backend, status, history, value)
-        task_finished.send(sender=DelayQueueBackend, task_result=result)
+        failed = results.make_result(
+            task, job_id, args, kwargs, backend, TaskResultStatus.FAILED, history
+        )
+        task_finished.send(sender=DelayQueueBackend, task_result=failed)
     except Exception:
         logger.exception("job %s: a task_finished receiver raised", job_id)
 
