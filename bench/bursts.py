@@ -15,7 +15,7 @@ from bench.baselines import eta_at
 from bench.env import BROKER_DB, BenchEnv, CeleryConfig, wait_for
 from bench.report import Figure
 from bench.throughput import Sizes
-from delayqueue.producer import client
+from delayqueue.producer import api
 
 HOLD = "bench-hold"  # a Celery queue no worker consumes: plain delay()'s backlog waits here
 
@@ -34,9 +34,9 @@ def _stamps(env: BenchEnv, total: int, timeout: float) -> list[tuple[float, floa
 def _schedule_delayqueue(task: Any, dues: list[float]) -> None:
     for start in range(0, len(dues), 1_000):
         specs = [
-            client.spec(task, (int(due),), eta=eta_at(due)) for due in dues[start : start + 1_000]
+            api.spec(task, (int(due),), eta=eta_at(due)) for due in dues[start : start + 1_000]
         ]
-        client.delay_many(specs, on_commit=False)
+        api.delay_many(specs, on_commit=False)
 
 
 def _schedule_countdown(dues: list[float]) -> None:

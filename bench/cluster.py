@@ -176,11 +176,11 @@ class Member:
 
     def __init__(self, queues: list[str]) -> None:
         from bench.throughput import ClaimOnly, _noop
-        from delayqueue.producer import client
+        from delayqueue.producer import api
 
-        self.client, self.noop, self.queues = client, _noop(), queues
+        self.api, self.noop, self.queues = api, _noop(), queues
         for queue in queues:  # connect, load the script on every master, remember the queues
-            client.enqueue(self.noop, (0,), delay=3_600, queue=queue, on_commit=False)
+            api.enqueue(self.noop, (0,), delay=3_600, queue=queue, on_commit=False)
         self.worker = ClaimOnly(queues)
         self.worker.run_pass()  # nothing due yet: connects and loads the reap, claim scripts
 
@@ -197,21 +197,21 @@ class Member:
         raise ValueError(f"unknown load {load!r}")
 
     def delay_for(self, first: int, count: int) -> int:
-        enqueue, noop, queues = self.client.enqueue, self.noop, self.queues
+        enqueue, noop, queues = self.api.enqueue, self.noop, self.queues
         for i in range(first, first + count):
             enqueue(noop, (i,), delay=3_600 + i % 3_600, queue=queues[i % len(queues)],
                     on_commit=False)  # fmt: skip
         return count
 
     def delay_many(self, first: int, count: int, batch: int, *, due_now: bool) -> int:
-        spec, noop, queues = self.client.spec, self.noop, self.queues
+        spec, noop, queues = self.api.spec, self.noop, self.queues
         for start in range(first, first + count, batch):
             specs = [
                 spec(noop, (i,), delay=0 if due_now else 3_600 + random.random() * 3_600,
                      queue=queues[i % len(queues)])
                 for i in range(start, min(first + count, start + batch))
             ]  # fmt: skip
-            self.client.delay_many(specs, on_commit=False)
+            self.api.delay_many(specs, on_commit=False)
         return count
 
     def claim(self) -> int:

@@ -62,7 +62,7 @@ def _measure(env: BenchEnv, jobs: int, rounds: int) -> dict[str, list[tuple[floa
 
     from bench.django_tasks import stamp_task
     from bench.tasks import stamp
-    from delayqueue.producer import client
+    from delayqueue.producer import api as client
     from delayqueue.worker.loop import DelayWorker
 
     url = f"redis://127.0.0.1:{env.server.port}/2"  # no Celery worker reads it

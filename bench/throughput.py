@@ -11,7 +11,7 @@ from typing import Any
 from bench import baselines
 from bench.env import BROKER_DB, DQ_DB, BenchEnv
 from bench.report import Figure
-from delayqueue.producer import client
+from delayqueue.producer import api
 from delayqueue.worker.claimed import Claimed
 from delayqueue.worker.loop import DelayWorker
 
@@ -22,7 +22,7 @@ class Sizes:
     many: int = 200_000  # jobs written by delay_many
     many_batch: int = 1_000
     claim: int = 100_000
-    claim_batch: int = 500  # the worker's default BATCH_SIZE
+    claim_batch: int = 500  # the worker's default CLAIM_SIZE
     dispatch: int = 20_000
     dispatch_workers: tuple[int, ...] = (1, 2, 4)
     end_to_end: int = 5_000
@@ -69,10 +69,10 @@ def fill(count: int, *, due_now: bool = False, batch: int = 1_000) -> None:
     noop = _noop()
     for start in range(0, count, batch):
         specs = [
-            client.spec(noop, (i,), delay=0 if due_now else 3_600 + random.random() * 3_600)
+            api.spec(noop, (i,), delay=0 if due_now else 3_600 + random.random() * 3_600)
             for i in range(start, min(count, start + batch))
         ]
-        client.delay_many(specs, on_commit=False)
+        api.delay_many(specs, on_commit=False)
 
 
 # ---- 1. enqueue ---------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def _one_at_a_time(task: Any, raw_write: Callable[[int], None], n: int) -> tuple
 
 
 def claim_rate(count: int, batch: int) -> float:
-    worker = ClaimOnly([QUEUE], batch_size=batch)
+    worker = ClaimOnly([QUEUE], claim_size=batch)
     started = time.perf_counter()
     while worker.claimed < count:
         before = worker.claimed
@@ -163,7 +163,7 @@ def _bytes_per_job(env: BenchEnv, sizes: Sizes, keyed: bool) -> float:
     before = env.used_memory()
     for start in range(0, sizes.memory, 1_000):
         specs = [
-            client.spec(
+            api.spec(
                 noop,
                 (i,),
                 delay=3_600 + random.random() * 3_600,
@@ -171,7 +171,7 @@ def _bytes_per_job(env: BenchEnv, sizes: Sizes, keyed: bool) -> float:
             )
             for i in range(start, min(sizes.memory, start + 1_000))
         ]
-        client.delay_many(specs, on_commit=False)
+        api.delay_many(specs, on_commit=False)
     return (env.used_memory() - before) / sizes.memory
 
 

@@ -12,7 +12,7 @@ from bench.env import BROKER_DB, BenchEnv, wait_for
 from bench.report import Figure
 from bench.throughput import Sizes
 from delayqueue.engine.keys import queue_keys
-from delayqueue.producer import client
+from delayqueue.producer import api
 from delayqueue.services import operations
 
 DISPATCH_QUEUE = "bench-dispatch"
@@ -23,10 +23,10 @@ def _fill_paused(queue: str, task: Any, count: int) -> None:
     operations.pause(queue, "benchmark backlog")
     for start in range(0, count, 1_000):
         specs = [
-            client.spec(task, (i,), delay=0, queue=queue)
+            api.spec(task, (i,), delay=0, queue=queue)
             for i in range(start, min(count, start + 1_000))
         ]
-        client.delay_many(specs, on_commit=False)
+        api.delay_many(specs, on_commit=False)
 
 
 def dispatch_rate(env: BenchEnv, workers: int, count: int, mode: str | None = None) -> float:

@@ -64,8 +64,7 @@ from delayqueue.errors import (
 
 if TYPE_CHECKING:
     from delayqueue.periodic.declare import periodic_task
-    from delayqueue.producer.async_client import acancel, adelay_many, aenqueue, areschedule
-    from delayqueue.producer.client import (
+    from delayqueue.producer.api import (
         Job,
         JobSpec,
         cancel,
@@ -74,22 +73,23 @@ if TYPE_CHECKING:
         reschedule,
         spec,
     )
+    from delayqueue.producer.async_api import acancel, adelay_many, aenqueue, areschedule
     from delayqueue.producer.decorator import DelayedTask, delayed_task
 
 _LAZY = {
-    "acancel": "delayqueue.producer.async_client",
-    "adelay_many": "delayqueue.producer.async_client",
-    "aenqueue": "delayqueue.producer.async_client",
-    "areschedule": "delayqueue.producer.async_client",
+    "acancel": "delayqueue.producer.async_api",
+    "adelay_many": "delayqueue.producer.async_api",
+    "aenqueue": "delayqueue.producer.async_api",
+    "areschedule": "delayqueue.producer.async_api",
     "DelayedTask": "delayqueue.producer.decorator",
     "delayed_task": "delayqueue.producer.decorator",
-    "Job": "delayqueue.producer.client",
-    "JobSpec": "delayqueue.producer.client",
-    "cancel": "delayqueue.producer.client",
-    "delay_many": "delayqueue.producer.client",
-    "enqueue": "delayqueue.producer.client",
-    "reschedule": "delayqueue.producer.client",
-    "spec": "delayqueue.producer.client",
+    "Job": "delayqueue.producer.api",
+    "JobSpec": "delayqueue.producer.api",
+    "cancel": "delayqueue.producer.api",
+    "delay_many": "delayqueue.producer.api",
+    "enqueue": "delayqueue.producer.api",
+    "reschedule": "delayqueue.producer.api",
+    "spec": "delayqueue.producer.api",
     "periodic_task": "delayqueue.periodic.declare",
 }
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from delayqueue.conf import DEFAULTS, WAKE_HORIZON_MS, with_fallbacks
+from delayqueue.conf import DEFAULTS, RENAMED, WAKE_HORIZON_MS, renamed, with_fallbacks
 from delayqueue.engine.clients import check_cluster_url, client_from_url
 from delayqueue.engine.sentinel import (
     check_sentinel_client,
@@ -31,7 +31,7 @@ def _given() -> dict[str, Any] | None:
     user = getattr(settings, "DELAYQUEUE", {})
     if not isinstance(user, dict):
         return None
-    return {**DEFAULTS, **user}
+    return {**DEFAULTS, **renamed(user)}
 
 
 @register()
@@ -50,16 +50,26 @@ def check_is_a_dict(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 @register()
 def check_known_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     user = getattr(settings, "DELAYQUEUE", {})
-    unknown = sorted(set(user) - set(DEFAULTS)) if isinstance(user, dict) else []
-    if not unknown:
+    if not isinstance(user, dict):
         return []
-    return [
-        Error(
-            f"DELAYQUEUE has unknown settings: {', '.join(map(str, unknown))}.",
-            hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
-            id="delayqueue.E002",
+    found: list[CheckMessage] = [
+        Warning(
+            f"DELAYQUEUE[{old!r}] is renamed {RENAMED[old]!r}.",
+            hint=f"Write {RENAMED[old]!r}; the old name stops working in the next release.",
+            id="delayqueue.W004",
         )
+        for old in sorted(RENAMED.keys() & user.keys())
     ]
+    unknown = sorted(set(user) - set(DEFAULTS) - set(RENAMED), key=str)
+    if unknown:
+        found.append(
+            Error(
+                f"DELAYQUEUE has unknown settings: {', '.join(map(str, unknown))}.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="delayqueue.E002",
+            )
+        )
+    return found
 
 
 @register()

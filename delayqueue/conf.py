@@ -5,6 +5,7 @@ something built from the settings, like the Redis clients, register their own
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
@@ -39,8 +40,8 @@ DEFAULTS: dict[str, Any] = {
     "KEY_PREFIX": "dq",
     # Queue a task goes to when @delayed_task / enqueue() name none.
     "DEFAULT_QUEUE": "default",
-    # Jobs claimed per worker pass.
-    "BATCH_SIZE": 500,
+    # Jobs claimed per worker pass (was BATCH_SIZE: "batch" is the jobs of one Celery message).
+    "CLAIM_SIZE": 500,
     # Seconds a dispatched job may stay in flight before it is reaped and run again.
     "VISIBILITY_TIMEOUT": 300,
     # Default attempts before a failing job goes to dead.
@@ -68,7 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "CELERY_APP": None,
     # How the worker hands jobs to Celery: "auto" writes send_task's own message straight onto
     # the broker's list when the broker is Redis (one round trip per batch, see
-    # worker/publishers.py), and uses send_task otherwise; "send_task" always uses send_task.
+    # worker/publisher_choice.py), and uses send_task otherwise; "send_task" always uses send_task.
     "DISPATCH_MODE": "auto",
     # Periodic jobs declared in settings: {"name": {"task": "app.tasks.report", "cron":
     # "0 6 * * *", "timezone": "Europe/Berlin"}, ...} (docs/periodic-jobs.md).
@@ -77,10 +78,12 @@ DEFAULTS: dict[str, Any] = {
     # declared with monitor=True; the monitors' check-in margin and max runtime, in minutes
     # (None: the visibility timeout, the longest an attempt runs before it is reaped).
     "SENTRY_CRONS": False,
-    # What a job scheduled under an active OpenTelemetry span keeps (docs/tracing.md): "span"
-    # makes a PRODUCER "create" span per job and keeps its context; "context" keeps the
-    # active span's context with no span of its own (cheaper: no SDK span per call).
-    "TRACE_SCHEDULING": "span",
+    # What a job scheduled under an active OpenTelemetry span keeps (docs/tracing.md):
+    # "context" keeps the active span's context with no span of its own (its attempts are
+    # children of the caller's span); "span" makes a PRODUCER "create" span per job and keeps
+    # its context (what the messaging conventions draw, but an SDK span costs ~1.5x-2x a
+    # delay_for's own work: past the 15 % goal).
+    "TRACE_SCHEDULING": "context",
     "SENTRY_CHECKIN_MARGIN": 1,
     "SENTRY_MAX_RUNTIME": None,
 }
@@ -112,7 +115,7 @@ class Settings:
     shards: dict[str, int] | None
     key_prefix: str
     default_queue: str
-    batch_size: int
+    claim_size: int
     visibility_timeout: float
     max_attempts: int
     backoff_base: float
@@ -137,9 +140,33 @@ class Settings:
         return round(float(self.visibility_timeout) * 1000)
 
 
+# Settings renamed, old name -> new name. The old name keeps working for one release, with a
+# DeprecationWarning and the system check delayqueue.W004; given both, the new one counts.
+RENAMED = {"BATCH_SIZE": "CLAIM_SIZE"}
+
+
+def renamed(user: dict[str, Any]) -> dict[str, Any]:
+    """``user`` with every old name (RENAMED) given under its new one."""
+    if not any(old in user for old in RENAMED):
+        return user
+    moved = {key: value for key, value in user.items() if key not in RENAMED}
+    for old, new in RENAMED.items():
+        if old in user:
+            moved.setdefault(new, user[old])
+    return moved
+
+
 def user_settings() -> dict[str, Any]:
-    """``settings.DELAYQUEUE`` as given (an empty dict when unset)."""
-    return getattr(settings, "DELAYQUEUE", {}) or {}
+    """``settings.DELAYQUEUE`` as given (an empty dict when unset), old names renamed."""
+    user = getattr(settings, "DELAYQUEUE", {}) or {}
+    for old in RENAMED.keys() & user.keys():
+        warnings.warn(
+            f"DELAYQUEUE[{old!r}] is renamed {RENAMED[old]!r}; the old name stops working "
+            "in the next release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return renamed(user)
 
 
 def with_fallbacks(config: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ a receiver of ``job_started`` must be connected in the Celery worker (for exampl
 ``sender`` is the kind of process that sent the signal: one of the ``SENDER_*`` strings
 below. Compare it with ``==`` in the receiver (``connect(sender=...)`` compares identity).
 
-Every signal carries ``queue`` and ``job_id`` (except ``job_reaped``, which is about a batch);
+Every signal carries ``queue``, and ``job_id`` when it is about one job (not ``job_reaped``,
+``job_limited``, ``dead_purged``, ``queue_paused``, ``queue_resumed``, ``schedule_paused``,
+``schedule_resumed``);
 the others are listed per signal. Times are epoch ms of Redis's clock (``due_ms``) or
 durations (``*_ms`` ints, ``runtime`` seconds); ``None`` where the sender does not know one.
 """
@@ -21,7 +23,7 @@ from django.dispatch import Signal
 SENDER_CLIENT = "client"  # the client API (enqueue, cancel, reschedule): web processes, shells
 SENDER_DELAY_WORKER = "delay_worker"  # manage.py run_delay_worker
 SENDER_CELERY_WORKER = "celery_worker"  # the Celery worker running the job's task
-SENDER_ADMIN = "admin"  # the admin's actions (delayqueue.services.operations)
+SENDER_ADMIN = "admin"  # the admin's and the command line's actions (services.operations)
 
 #: A job was written to scheduled (client). ``task``, ``due_ms``, ``key`` (dedupe key or
 #: None), ``outcome`` ("created", "replaced", or "kept": the key kept an existing job,
@@ -90,6 +92,32 @@ job_limited = Signal()
 #: this step: they came while every delay worker was down).
 schedule_ticked = Signal()
 
+#: An in-flight job was forced back to scheduled, due now, by an operator (admin, command
+#: line: "force back"). ``reason`` (the operator's). The attempt counts; a dispatch still
+#: running keeps its token and may still ack the job.
+job_forced_back = Signal()
+
+#: Dead jobs were deleted, their data too (admin, command line: "delete", "purge all").
+#: ``count``, ``job_ids`` (the ids deleted, or None for "purge all", which deletes the
+#: oldest by count). No ``job_id``.
+dead_purged = Signal()
+
+#: A queue was paused: its delay workers claim nothing from it until it is resumed (admin,
+#: command line). ``note`` (who paused it and why). No ``job_id``.
+queue_paused = Signal()
+
+#: A paused queue was resumed and its delay workers woken (admin, command line). No
+#: ``job_id``.
+queue_resumed = Signal()
+
+#: A periodic schedule was paused: its next occurrence's job is gone and none is planned
+#: until it is resumed (admin, command line). ``schedule`` (its name). No ``job_id``.
+schedule_paused = Signal()
+
+#: A paused schedule was resumed: its next occurrence is planned (admin, command line).
+#: ``schedule``, ``next_ms`` (that occurrence's instant, epoch ms). No ``job_id``.
+schedule_resumed = Signal()
+
 ALL = {
     "scheduled": job_scheduled,
     "cancelled": job_cancelled,
@@ -104,4 +132,10 @@ ALL = {
     "expired": job_expired,
     "limited": job_limited,
     "ticked": schedule_ticked,
+    "forced_back": job_forced_back,
+    "purged": dead_purged,
+    "paused": queue_paused,
+    "resumed": queue_resumed,
+    "schedule_paused": schedule_paused,
+    "schedule_resumed": schedule_resumed,
 }

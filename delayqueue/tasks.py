@@ -214,9 +214,10 @@ def _fail_unknown(dispatch: tuple[str, str, str], task: str, hostname: str) -> N
         "Celery app (include=[...] or autodiscover_tasks()), or give the task an explicit "
         "name= that is the same in every process"
     )
-    call, reason = failure_call(queue_keys(queue), job_id, token, 1, error, None)
-    outcome = run(call, strict=False)
-    logger.error("job %s on %s: %s (%s)", job_id, queue, reason, outcome)
+    fail = failure_call(queue_keys(queue), job_id, token, 1, error, None, task=task, runtime=0.0)
+    outcome = run(fail.call, strict=False)
+    fail.report(outcome)  # (job_failed, and job_dead when it was its last attempt)
+    logger.error("job %s on %s: %s (%s)", job_id, queue, error, outcome)
 
 
 def _unbatch_unknown(queue: Any, task: Any, entries: Any, hostname: str) -> None:

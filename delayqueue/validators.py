@@ -179,7 +179,7 @@ def shown(value: Any) -> str:
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
-BATCH_SIZE_MAX = 10_000
+CLAIM_SIZE_MAX = 10_000
 
 
 def check_flag(value: Any, name: str) -> bool:
@@ -215,8 +215,8 @@ def check_shard_map(value: Any, name: str = "SHARDS") -> dict[str, int] | None:
     return value
 
 
-def check_batch_size(value: Any, name: str = "batch_size") -> int:
-    return check_positive_int(value, name, maximum=BATCH_SIZE_MAX)
+def check_claim_size(value: Any, name: str = "claim_size") -> int:
+    return check_positive_int(value, name, maximum=CLAIM_SIZE_MAX)
 
 
 def check_jitter(value: Any, name: str = "BACKOFF_JITTER") -> float:
@@ -255,7 +255,7 @@ def check_sentinel_kwargs(value: Any, name: str = "SENTINEL_KWARGS") -> dict[str
 
 # The numeric settings of DELAYQUEUE and the validator each goes through (delayqueue.E004).
 SETTING_VALIDATORS: dict[str, Callable[[Any], object]] = {
-    "BATCH_SIZE": lambda v: check_batch_size(v, "BATCH_SIZE"),
+    "CLAIM_SIZE": lambda v: check_claim_size(v, "CLAIM_SIZE"),
     "VISIBILITY_TIMEOUT": lambda v: check_visibility_timeout(v, "VISIBILITY_TIMEOUT"),
     "MAX_ATTEMPTS": lambda v: check_max_attempts(v, "MAX_ATTEMPTS"),
     "BACKOFF_BASE": lambda v: check_backoff(_number("BACKOFF_BASE", v), "BACKOFF_BASE"),

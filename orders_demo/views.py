@@ -174,7 +174,7 @@ async def place_order_async(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"Not enough {product.name} left in stock.")
         return redirect("product_list")
     # Written at once: the order's transaction has committed (the module docs of
-    # delayqueue.producer.async_client say what on_commit means in async code).
+    # delayqueue.producer.async_api say what on_commit means in async code).
     job = await close_unpaid_order.adelay_for(
         order.id, seconds=timeout, key=close_job_key(order.id)
     )

@@ -60,5 +60,5 @@ def _act(action: str, name: str) -> tuple[bool, str]:
         return done, f"Schedule {name} resumed." if done else f"Schedule {name} was not paused."
     job_id = schedules.run_now(name)
     if job_id is None:
-        return False, f"Schedule {name}: no spec."
+        return False, f"Schedule {name}: no job to run (its task and arguments are not stored)."
     return True, f"Schedule {name}: job {job_id} runs now."

@@ -69,5 +69,5 @@ def _act(action: str, name: str) -> tuple[bool, str]:
         return done, f"schedule {name} resumed" if done else f"schedule {name} was not paused"
     job_id = schedules.run_now(name)
     if job_id is None:
-        return False, f"schedule {name} has no spec to run"
+        return False, f"schedule {name}: no job to run (its task and arguments are not stored)"
     return True, f"schedule {name}: job {job_id} runs now"

@@ -18,16 +18,6 @@ DEFAULT_MAX_OVERDUE = 60.0  # seconds the oldest due job may wait before health 
 
 
 @dataclass
-class Rates:
-    """Counters of the stats keys, per minute."""
-
-    dispatched: float
-    acked: float
-    failed: float
-    dead: float
-
-
-@dataclass
 class QueueStatus:
     name: str
     scheduled: int
@@ -36,8 +26,8 @@ class QueueStatus:
     paused: bool
     next_due: Moment | None
     overdue_seconds: float  # how long the oldest due job has waited; 0 when none is due
-    last_minute: Rates
-    last_hour: Rates  # the average minute of the last hour
+    last_minute: dashboard.Throughput  # per minute
+    last_hour: dashboard.Throughput  # the average minute of the last hour
     workers: list[str]  # ids of the live workers that serve the queue
 
 
@@ -59,15 +49,6 @@ class Snapshot:
     notes: list[str] = field(default_factory=list)  # keys of the wrong type, read as empty
     # the Celery workers that announced delayqueue's side, and the tasks' hand-off fallbacks
     handoff: presence.Handoff = field(default_factory=presence.Handoff)
-
-
-def _rates(counts: dashboard.Throughput, minutes: int) -> Rates:
-    return Rates(
-        *(
-            round(n / minutes, 2)
-            for n in (counts.dispatched, counts.acked, counts.failed, counts.dead)
-        )
-    )
 
 
 def check_queues(names: list[str] | None) -> list[str] | None:
@@ -105,8 +86,8 @@ def snapshot(only: list[str] | None = None) -> Snapshot:
                 paused=o.paused,
                 next_due=o.next_due,
                 overdue_seconds=_age(overdue) if overdue is not None else 0.0,
-                last_minute=_rates(o.last_minute, 1),
-                last_hour=_rates(o.last_hour, 60),
+                last_minute=o.last_minute.per_minute(1),
+                last_hour=o.last_hour.per_minute(60),
                 workers=[w.id for w in workers if o.name in w.queues],
             )
         )

@@ -50,8 +50,8 @@ from delayqueue.engine.limits import Limits
 from delayqueue.engine.shards import shard_names
 from delayqueue.engine.task_results import astored_task_result, stored_task_result
 from delayqueue.errors import InvalidOption, InvalidQueueName
-from delayqueue.producer.async_client import adelay_many
-from delayqueue.producer.client import delay_many
+from delayqueue.producer.api import delay_many
+from delayqueue.producer.async_api import adelay_many
 from delayqueue.producer.due import Mode, due_at, is_naive
 from delayqueue.producer.job_spec import Job, JobSpec, spec_encoded
 from delayqueue.producer.task_options import checked_limits

@@ -13,13 +13,22 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from redis.asyncio.cluster import PipelineCommand
-from redis.exceptions import AskError, NoPermissionError, NoScriptError
 
 from delayqueue.engine.async_clients import LoopClients, loop_clients
-from delayqueue.engine.execution import Wait, durability, logger, not_durable
-from delayqueue.engine.redis_errors import redis_errors, translate
+from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.run_steps import (
+    CLUSTER_TRIES,
+    Wait,
+    by_master,
+    check_acked,
+    durability,
+    first_error,
+    gather_master,
+    lost_scripts,
+    only_reply,
+    read_replies,
+)
 from delayqueue.engine.transitions import ReplyT, ScriptCall
-from delayqueue.errors import DelayQueueError
 
 
 async def arun(
@@ -27,10 +36,7 @@ async def arun(
 ) -> ReplyT:
     """``execution.run`` on the running loop: one script call and its read reply."""
     if durability(durable) is not None:
-        (reply,) = await arun_many([call], durable=True, strict=strict)
-        if isinstance(reply, DelayQueueError):
-            raise reply
-        return cast(ReplyT, reply)
+        return cast(ReplyT, only_reply(await arun_many([call], durable=True, strict=strict)))
     clients = await loop_clients()
     script = clients.script(call.script)
     with redis_errors():
@@ -43,7 +49,7 @@ async def arun_direct(
 ) -> ReplyT:
     """``execution.run_direct`` on the running loop: a call safe to resend, on the loop's
     shared connection (``engine/async_direct.py``) where it has one; else ``arun``."""
-    if not call.resend_safe:
+    if not call.resend_safe:  # (inline: the path of every delay_for)
         raise ValueError(f"the {call.script} script is not safe to send twice")
     clients = await loop_clients()
     if clients.direct is None or durability(durable) is not None:
@@ -65,26 +71,15 @@ async def arun_many(
     wait = durability(durable)
     with redis_errors():
         replies, acked = await _pipelined(clients, calls, wait)
-    if wait is not None and acked < wait.replicas:
-        short = not_durable(len(calls), acked, wait)
-        if strict:
-            raise short
-        logger.warning("%s", short)
-    return [
-        translate(reply) if isinstance(reply, Exception) else call.parse(reply)
-        for call, reply in zip(calls, replies, strict=True)
-    ]
+    check_acked(len(calls), acked, wait, strict)
+    return read_replies(calls, replies)
 
 
 async def arun_all(
     calls: Sequence[ScriptCall[Any]], *, durable: bool | None = None, strict: bool = True
 ) -> list[Any]:
     """``arun_many``, raising the first error instead of returning it."""
-    replies = await arun_many(calls, durable=durable, strict=strict)
-    for reply in replies:
-        if isinstance(reply, DelayQueueError):
-            raise reply
-    return replies
+    return first_error(await arun_many(calls, durable=durable, strict=strict))
 
 
 async def _pipelined(
@@ -93,7 +88,7 @@ async def _pipelined(
     """``execution.run_pipelined``: the calls in one round trip, a lost script loaded and
     only the calls it refused sent again."""
     replies, acked = await _execute(clients, list(calls), wait)
-    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    missing = lost_scripts(replies)
     if missing:
         for name in {calls[i].script for i in missing}:
             await clients.client.script_load(clients.script(name).script)
@@ -132,13 +127,9 @@ async def _execute_durable_on_cluster(
     replies: list[Any] = [None] * len(calls)
     acked = wait.replicas
     pending = list(range(len(calls)))
-    for attempt in range(3):
-        groups: dict[str, tuple[Any, list[int]]] = {}
-        for i in pending:
-            node = client.get_node_from_key(calls[i].keys[0])
-            groups.setdefault(node.name, (node, []))[1].append(i)
+    for attempt in range(CLUSTER_TRIES):
         moved: list[int] = []
-        for node, indexes in groups.values():
+        for node, indexes in by_master(client, pending, lambda i: calls[i].keys[0]).values():
             commands = [
                 PipelineCommand(
                     n,
@@ -153,18 +144,8 @@ async def _execute_durable_on_cluster(
             commands.append(PipelineCommand(len(indexes), "WAIT", wait.replicas, wait.timeout_ms))
             await node.execute_pipeline(commands)
             *answers, node_acked = [command.result for command in commands]
-            for i, answer in zip(indexes, answers, strict=True):
-                replies[i] = answer
-                if isinstance(answer, AskError) and attempt < 2:
-                    moved.append(i)
-            ran = len(indexes) > sum(isinstance(answer, AskError) for answer in answers)
-            if isinstance(node_acked, Exception):
-                if "NOPERM" in str(node_acked) or isinstance(node_acked, NoPermissionError):
-                    raise node_acked
-                if ran:
-                    acked = 0
-            elif ran:
-                acked = min(acked, int(node_acked))
+            last_try = attempt == CLUSTER_TRIES - 1
+            acked = gather_master(indexes, answers, node_acked, replies, moved, last_try, acked)
         if not moved:
             break
         await client.nodes_manager.initialize()

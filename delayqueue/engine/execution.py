@@ -8,25 +8,34 @@ to): it returns when ``DURABLE_REPLICAS`` replicas have everything the connectio
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import redis
 from redis import Redis
 from redis.commands.core import Script
-from redis.exceptions import AskError, NoPermissionError, NoScriptError
 
-from delayqueue.conf import get_settings
 from delayqueue.engine import direct
 from delayqueue.engine.clients import get_raw_redis, get_redis, is_cluster, on_reset
-from delayqueue.engine.redis_errors import redis_errors, translate
+from delayqueue.engine.redis_errors import redis_errors
+from delayqueue.engine.run_steps import (
+    CLUSTER_TRIES,
+    Wait,
+    by_master,
+    check_acked,
+    durability,
+    first_error,
+    gather_master,
+    lost_scripts,
+    not_durable,
+    only_reply,
+    read_replies,
+)
 from delayqueue.engine.scripts import Scripts
 from delayqueue.engine.transitions import ReplyT, ScriptCall
-from delayqueue.errors import DelayQueueError, NotDurable
 
-logger = logging.getLogger("delayqueue")
+__all__ = ["Wait", "durability", "not_durable"]  # (the steps it shares: engine/run_steps.py)
 _lock = threading.Lock()
 _scripts: Scripts | None = None
 
@@ -45,21 +54,6 @@ def _forget() -> None:
         _scripts = None
 
 
-class Wait(NamedTuple):
-    """``WAIT replicas timeout_ms`` after a durable call."""
-
-    replicas: int
-    timeout_ms: int
-
-
-def durability(durable: bool | None = None) -> Wait | None:
-    """The WAIT a call makes: ``durable`` when given, else the ``DURABLE`` setting's."""
-    config = get_settings()
-    if not (config.durable if durable is None else durable):
-        return None
-    return Wait(int(config.durable_replicas), round(float(config.durable_timeout) * 1000))
-
-
 def run(
     call: ScriptCall[ReplyT],
     client: Redis | None = None,
@@ -76,10 +70,7 @@ def run(
     client = get_raw_redis() if as_bytes else client
     wait = durability(durable)
     if wait is not None:
-        (reply,) = run_many([call], client, durable=True, strict=strict)
-        if isinstance(reply, DelayQueueError):
-            raise reply
-        return cast(ReplyT, reply)
+        return cast(ReplyT, only_reply(run_many([call], client, durable=True, strict=strict)))
     script = get_scripts()[call.script]
     with redis_errors():
         reply = script(keys=call.keys, args=call.args, client=client or get_redis())
@@ -110,27 +101,8 @@ def run_many(
         replies, acked = run_pipelined(
             [(scripts[c.script], c.keys, c.args) for c in calls], client, wait
         )
-    if wait is not None and acked < wait.replicas:
-        short = not_durable(len(calls), acked, wait)
-        if strict:
-            raise short
-        logger.warning("%s", short)
-    return [
-        translate(reply) if isinstance(reply, Exception) else call.parse(reply)
-        for call, reply in zip(calls, replies, strict=True)
-    ]
-
-
-def not_durable(writes: int, acked: int, wait: Wait) -> NotDurable:
-    """What a durable write whose replicas did not all acknowledge it in time raises (or
-    logs): the sync and async paths say it alike."""
-    noun = "1 write" if writes == 1 else f"{writes} writes"
-    return NotDurable(
-        f"{noun} reached the master but {acked} of {wait.replicas} replicas acknowledged "
-        f"them within {wait.timeout_ms} ms (WAIT): they are written, and a failover before a "
-        "replica copies them could lose them (DURABLE needs replicas: Sentinel, Cluster or a "
-        "managed Redis with replicas)"
-    )
+    check_acked(len(calls), acked, wait, strict)
+    return read_replies(calls, replies)
 
 
 def run_all(
@@ -142,11 +114,7 @@ def run_all(
 ) -> list[Any]:
     """``run_many``, raising the first error instead of returning it (NotDurable too, when
     ``strict``)."""
-    replies = run_many(calls, client, durable=durable, strict=strict)
-    for reply in replies:
-        if isinstance(reply, DelayQueueError):
-            raise reply
-    return replies
+    return first_error(run_many(calls, client, durable=durable, strict=strict))
 
 
 Call = tuple[Script, list[str], list[Any]]
@@ -164,7 +132,7 @@ def run_pipelined(
     ran, and running them twice would lose their replies (a claim's jobs, say)."""
     client = client or get_redis()
     replies, acked = _execute(client, calls, wait)
-    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    missing = lost_scripts(replies)
     if missing:
         for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
             client.script_load(script.script)
@@ -204,13 +172,9 @@ def _execute_durable_on_cluster(
     replies: list[Any] = [None] * len(calls)
     acked = wait.replicas
     pending = list(range(len(calls)))
-    for attempt in range(3):
-        groups: dict[str, tuple[Any, list[int]]] = {}
-        for i in pending:
-            node = client.get_node_from_key(calls[i][1][0])
-            groups.setdefault(node.name, (node, []))[1].append(i)
+    for attempt in range(CLUSTER_TRIES):
         moved: list[int] = []
-        for node, indexes in groups.values():
+        for node, indexes in by_master(client, pending, lambda i: calls[i][1][0]).values():
             pipe = client.get_redis_connection(node).pipeline(transaction=False)
             for i in indexes:
                 script, keys, args = calls[i]
@@ -221,18 +185,8 @@ def _execute_durable_on_cluster(
             except redis.ConnectionError:
                 client.nodes_manager.initialize()  # the next call finds the new master
                 raise
-            for i, answer in zip(indexes, answers, strict=True):
-                replies[i] = answer
-                if isinstance(answer, AskError) and attempt < 2:
-                    moved.append(i)
-            ran = len(indexes) > sum(isinstance(answer, AskError) for answer in answers)
-            if isinstance(node_acked, Exception):
-                if "NOPERM" in str(node_acked) or isinstance(node_acked, NoPermissionError):
-                    raise node_acked
-                if ran:  # (a node that ran nothing, now a replica, has nothing to wait for)
-                    acked = 0
-            elif ran:
-                acked = min(acked, int(node_acked))
+            last_try = attempt == CLUSTER_TRIES - 1
+            acked = gather_master(indexes, answers, node_acked, replies, moved, last_try, acked)
         if not moved:
             break
         client.nodes_manager.initialize()
@@ -245,7 +199,7 @@ def run_direct(
 ) -> ReplyT:
     """One script call on a connection of ``DirectConnections`` (same server and settings
     as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
-    if not call.resend_safe:
+    if not call.resend_safe:  # (inline: the path of every delay_for)
         raise ValueError(f"the {call.script} script is not safe to send twice")
     if is_cluster(get_redis()) or durability(durable) is not None:
         # A connection of our own would be to one node; the cluster client knows which

@@ -43,6 +43,18 @@ def without_trace(spec: str) -> str:
     return pack(task, args_json, kwargs_json, max_attempts, vt, parts[6])
 
 
+def with_trace(spec: str, trace: str) -> str:
+    """``spec`` keeping the trace context ``trace`` (one extra run of a schedule's spec, say);
+    ``spec`` as it is when ``trace`` is "" or ``spec`` is no packed spec."""
+    parts = spec.split("\n", 6) if trace else []
+    if len(parts) == 6:
+        parts.insert(5, "")
+    elif len(parts) != 7:
+        return spec
+    parts[5] = trace
+    return "\n".join(parts)
+
+
 def unpack(spec: str) -> dict[str, str] | None:
     """The spec's non-empty fields by name, or None when it is not a packed spec."""
     parts = spec.split("\n", 6)

@@ -68,9 +68,12 @@ def fire(
     missed: int,
     skip: bool,
     wake_horizon_ms: int,
+    trace: str = "",
 ) -> ScriptCall[Fired]:
     """Move the schedule from the occurrence at ``seen_ms`` to the one at ``next_ms``
-    (job ``job_id``), if it is still at ``seen_ms``."""
+    (job ``job_id``), if it is still at ``seen_ms``. ``trace``: a checked trace context
+    (integrations/trace_context.py) that the occurrence which came due keeps, if it was
+    never claimed and keeps none yet (docs/tracing.md)."""
 
     def parse(reply: Any) -> Fired:
         if _text(reply[0]) != "fired":
@@ -89,6 +92,7 @@ def fire(
             "skip" if skip else "",
             keys.wake,
             wake_horizon_ms,
+            trace,
         ],  # fmt: skip
         parse,
     )

@@ -30,7 +30,7 @@ from delayqueue.engine.keys import (
 )
 from delayqueue.engine.packing import job_fields
 from delayqueue.engine.redis_errors import redis_errors
-from delayqueue.engine.registry import split_queue_names
+from delayqueue.engine.roster import split_queue_names
 from delayqueue.engine.transitions import ScriptCall
 
 # What a result needs of the job's own record (its hash, or its packed spec).

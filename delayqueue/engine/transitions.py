@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
+from delayqueue.engine.begin_reply import Begun, parse_begun
 from delayqueue.engine.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
 
 ReplyT = TypeVar("ReplyT")
@@ -207,30 +208,21 @@ def claim(
 # ---- the Celery side: begin, ack, fail ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Begun:
-    run: bool  # False: a stale dispatch (or data that cannot run): do not run the task
-    attempt: int = 0
-    max_attempts: str = ""  # "" when the job stores none
-    now_us: int | None = None  # Redis's clock as the script ran, in microseconds
-    expired: bool = False  # not run: it expired before it started (bury it as "expired")
-    rated: bool = False  # it has a rate, counted at this begin (begin it again to start later)
-    limited_until: int | None = None  # not run: over its rate now, scheduled again for this ms
-
-
-def begin(keys: QueueKeys, job_id: str, token: str, *, visibility_ms: int) -> ScriptCall[Begun]:
-    def parse(reply: Any) -> Begun:
-        if int(reply[0]) == 3:
-            return Begun(False, limited_until=int(reply[1]))
-        if int(reply[0]) != 1:
-            return Begun(False, expired=int(reply[0]) == 2)
-        return Begun(True, int(reply[1]), _text(reply[2]), int(reply[3]), rated=int(reply[4]) == 1)
-
+def begin(
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    *,
+    visibility_ms: int,
+    horizon_ms: int = 0,
+    after: int = 0,
+) -> ScriptCall[Begun]:
+    """``horizon_ms`` and ``after``: a batch's (begin.lua, ARGV[5] and ARGV[6])."""
     return ScriptCall(
         "begin",
         [keys.job(job_id), keys.inflight, keys.limit_prefix, keys.scheduled],
-        [job_id, token, visibility_ms, keys.wake],
-        parse,
+        [job_id, token, visibility_ms, keys.wake, horizon_ms, after],
+        parse_begun,
         resend_safe=True,  # a second begin restarts the same deadline
     )
 

@@ -31,7 +31,8 @@ def check_integration_settings(app_configs: Any = None, **kwargs: Any) -> list[C
         messages.append(
             Error(
                 f"DELAYQUEUE['TRACE_SCHEDULING'] is {config['TRACE_SCHEDULING']!r}.",
-                hint='"span" (a create span per job, the default) or "context" (no span).',
+                hint='"context" (the active span\'s context, the default) or "span" (a create span '
+                "per job).",
                 id="delayqueue.E040",
             )
         )

@@ -3,10 +3,14 @@ messaging conventions with ``messaging.system = "delayqueue"``.
 
 The one module that imports OpenTelemetry, and only if it is installed
 (``delayqueue[otel]``). Without it each hook is one test of ``trace is None``; with it and no
-active span at scheduling, nothing is stored. Three hooks:
+active span at scheduling, nothing is stored. The hooks:
 
-- ``scheduling_context`` (producer): under an active span, a PRODUCER span ``create <queue>``
-  whose context the job keeps (``trace_context``);
+- ``scheduling_context`` (producer): under an active span, the context the job keeps
+  (``trace_context``): the active span's (``TRACE_SCHEDULING = "context"``, the default), or
+  that of a PRODUCER span ``create <queue>`` made for the job (``"span"``);
+- ``firing`` (delay worker): a PRODUCER span ``fire <queue>`` around a step that moves on
+  schedules whose occurrence came due, whose context each occurrence it fires keeps;
+  ``active_context`` for an extra run of a schedule (run now) under an active span;
 - ``dispatched`` (delay worker): one PRODUCER span per pass that hands traced jobs to
   Celery, with a link to each job's context (in the job's trace when it carries one job);
 - ``around_attempt`` (Celery side): a CONSUMER span ``process <queue>`` per attempt, in the
@@ -71,12 +75,16 @@ def _get_tracer() -> Any:
     return _tracer
 
 
-def _stored(span: Any) -> str:
-    """The line a job keeps for ``span``'s context (trace_context.pack_context)."""
-    ctx = span.get_span_context()
-    traceparent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
-    state = ctx.trace_state.to_header() if ctx.trace_state else ""
-    return pack_context(traceparent, state if len(state) <= MAX_TRACESTATE_CHARS else "")
+def _stored(ctx: Any) -> str:
+    """The line a job keeps for the valid SpanContext ``ctx`` (trace_context.pack_context):
+    its traceparent is well formed by construction (ints), so only a tracestate, when there
+    is one, is checked."""
+    traceparent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags & 0xFF:02x}"
+    state = ctx.trace_state
+    if not state:
+        return traceparent
+    header = state.to_header()
+    return pack_context(traceparent, header if len(header) <= MAX_TRACESTATE_CHARS else "")
 
 
 def _remote(stored: str) -> Any:
@@ -101,34 +109,108 @@ def _attributes(queue: str, operation: str, kind: str) -> dict[str, Any]:
         "messaging.destination.name": queue,
         "messaging.operation.type": kind,
     }
-    if operation != kind:  # (the SDK checks each attribute: ~5 µs apiece at scheduling)
+    if operation != kind:  # (the SDK checks each attribute it is given: ~1 µs apiece)
         attributes["messaging.operation.name"] = operation
     return attributes
 
 
+_created: dict[str, dict[str, Any]] = {}  # queue -> the create span's constant attributes
+
+
+def _create_attributes(queue: str, job_id: str, task: str) -> dict[str, Any]:
+    found = _created.get(queue)
+    if found is None:
+        found = _attributes(queue, "create", "create")
+        if len(_created) < 1_000:
+            _created[queue] = found
+    return {**found, "messaging.message.id": job_id, "delayqueue.task": task}
+
+
 def scheduling_context(queue: str, job_id: str, task: str) -> str:
-    """Under an active span: a ``create`` span for the job, and the context it keeps; with
-    ``DELAYQUEUE["TRACE_SCHEDULING"] = "context"``, the active span's own context, no span
-    (an SDK span costs ~20-40 µs of a ~80 µs delay_for: docs/tracing.md)."""
+    """Under an active span, the context the job keeps: by default
+    (``DELAYQUEUE["TRACE_SCHEDULING"] = "context"``) the active span's own, no span; with
+    ``"span"``, that of a PRODUCER ``create <queue>`` span made for the job (an SDK span
+    costs more than the 15 % of a ``delay_for`` it may: docs/tracing.md, "What it costs").
+    Nothing without an active span."""
     if trace is None:
         return ""
-    current = trace.get_current_span()
-    if not current.get_span_context().is_valid:
+    current = trace.get_current_span().get_span_context()
+    if not current.is_valid:
         return ""
     try:
         if get_settings().trace_scheduling == "context":
             return _stored(current)
-        attributes = _attributes(queue, "create", "create")
-        attributes["messaging.message.id"] = job_id
-        attributes["delayqueue.task"] = task
         span = _get_tracer().start_span(
-            f"create {queue}", kind=SpanKind.PRODUCER, attributes=attributes
+            f"create {queue}",
+            kind=SpanKind.PRODUCER,
+            attributes=_create_attributes(queue, job_id, task),
         )
         span.end()
-        return _stored(span)
+        return _stored(span.get_span_context())
     except Exception:
-        logger.warning("tracing: the scheduling span of job %s failed", job_id, exc_info=True)
+        logger.warning("tracing: the scheduling context of job %s failed", job_id, exc_info=True)
         return ""
+
+
+def active_context() -> str:
+    """The context a job keeps of the span active here, with no span of its own; "" when
+    none is (or without OpenTelemetry). An extra run of a schedule from the admin's request,
+    say (docs/tracing.md, "Periodic jobs")."""
+    if trace is None:
+        return ""
+    current = trace.get_current_span().get_span_context()
+    return _stored(current) if current.is_valid else ""
+
+
+class Firing:
+    """What ``firing`` yields: the context the occurrences it fires keep ("" for none)."""
+
+    def __init__(self, span: Any = None) -> None:
+        self.span = span
+        ctx = span.get_span_context() if span is not None else None
+        self.context = _stored(ctx) if ctx is not None and ctx.is_valid else ""
+
+    def fired(self, count: int) -> None:
+        """How many occurrences this step fired (another delay worker may fire some)."""
+        if self.span is not None:
+            self.span.set_attribute("delayqueue.fired", count)
+
+
+@contextmanager
+def firing(queue: str, due: int) -> Iterator[Firing]:
+    """A delay worker's step that moves on the ``due`` schedules of ``queue`` whose
+    occurrence came due: a PRODUCER span ``fire <queue>`` (a child of the active span, if
+    any; made only when something is due), whose context each occurrence it fires keeps, so
+    that the occurrence's attempts are in its trace. Without an SDK that records, nothing."""
+    if trace is None:
+        yield Firing()
+        return
+    try:
+        attributes = _attributes(queue, "fire", "create")
+        attributes["messaging.batch.message_count"] = due
+        span = _get_tracer().start_span(
+            f"fire {queue}", kind=SpanKind.PRODUCER, attributes=attributes
+        )
+        step = Firing(span)
+    except Exception:
+        logger.warning("tracing: the fire span of queue %s failed", queue, exc_info=True)
+        yield Firing()
+        return
+    try:
+        yield step
+    except BaseException as exc:
+        _ended(span, exc)
+        raise
+    _ended(span, None)
+
+
+def _ended(span: Any, exc: BaseException | None) -> None:
+    try:
+        if exc is not None:
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        span.end()
+    except Exception:
+        logger.warning("tracing: a span could not end", exc_info=True)
 
 
 def dispatched(jobs: Sequence[Job]) -> None:

@@ -44,7 +44,7 @@ class AttemptLike(Protocol):
 
 
 class Schedule(Protocol):
-    """What a monitor reads of a declared schedule (periodic.registry.Declared)."""
+    """What a monitor reads of a declared schedule (periodic.declarations.Declared)."""
 
     @property
     def name(self) -> str: ...

@@ -43,7 +43,7 @@ from prometheus_client.registry import Collector
 
 from delayqueue import signals
 from delayqueue.engine import queues as queue_state
-from delayqueue.engine import registry as queue_registry
+from delayqueue.engine import roster
 from delayqueue.engine.reads import redis_now
 from delayqueue.errors import DelayQueueError
 
@@ -254,7 +254,7 @@ for _signal, _receiver in _RECEIVERS.items():
     )
 
 
-from delayqueue.observability import limit_metrics  # noqa: E402, F401  (its counters)
+from delayqueue.observability import limit_metrics, operator_metrics  # noqa: E402, F401
 
 # ---- gauges read from Redis at scrape time -------------------------------------------------
 
@@ -282,9 +282,9 @@ class QueueCollector(Collector):
 
     def _read(self) -> list[Metric]:
         now_ms = redis_now()  # not in a pipeline: a cluster's refuses TIME
-        queues = queue_registry.queue_names().names
+        queues = roster.queue_names().names
         per_queue = queue_state.queue_counts(queues)
-        live_workers = queue_registry.live_workers(now_ms)
+        live_workers = roster.live_workers(now_ms)
 
         def gauge(name: str, documentation: str) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, documentation, labels=["queue"])

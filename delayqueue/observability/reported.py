@@ -5,7 +5,12 @@ Each function here returns the engine's ``ScriptCall`` for a transition
 (``events``: the log line, the signal, the metrics) once the script has run and said the
 job moved. Callers run it as any other call (``run``, ``run_all``, ``run_many``, ``arun``...)
 and never pair a script call with its event by hand. A call that fails, or whose script says
-nothing moved, reports nothing.
+nothing moved, reports nothing. The Celery side's settling calls (``ack``, ``fail``) are
+``Settling`` pairs instead, as its ``Settle`` takes them (runner/attempt.py): the call, and
+what reports its reply or the error that kept it from being recorded.
+
+A call on a hot path (``enqueue``, ``ack``) is the engine's own, unwrapped, when its event
+would neither log nor send (``Event.wanted``): nothing is built for no one.
 
 The engine stays free of Django and of signals: it runs calls; this module says what a
 reply means to the outside world.
@@ -13,20 +18,28 @@ reply means to the outside world.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from delayqueue.engine import transitions
+from delayqueue.engine import schedules, transitions
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.transitions import (
     Cancelled,
+    Claim,
+    Enqueued,
+    FailOutcome,
     Id,
+    NewJob,
     Reaped,
     RequeueOutcome,
     Rescheduled,
     ScriptCall,
 )
-from delayqueue.observability import events
+from delayqueue.errors import DelayQueueError
+from delayqueue.observability import events, limit_events
+from delayqueue.observability.catalog import SCHEDULED, SUCCEEDED
+from delayqueue.observability.emit import DEBUG, INFO, logger
+from delayqueue.signals import SENDER_CELERY_WORKER
 
 T = TypeVar("T")
 
@@ -41,6 +54,148 @@ def reporting(call: ScriptCall[T], report: Callable[[T], None]) -> ScriptCall[T]
         return result
 
     return call._replace(parse=parse_and_report)
+
+
+# ---- enqueue: (new) -> scheduled -----------------------------------------------------------
+
+
+class Named(Protocol):
+    @property
+    def task(self) -> str: ...
+    @property
+    def key(self) -> str | None: ...
+
+
+class Writing(Protocol):
+    """A job being written, as the event needs it: its task and dedupe key (the producer's
+    ``JobSpec``)."""
+
+    @property
+    def job(self) -> Named: ...
+
+
+class OneOff(NamedTuple):
+    """A ``Named`` for a caller with no JobSpec (a schedule's "run now")."""
+
+    task: str
+    key: str | None = None
+
+
+class Written(NamedTuple):
+    job: OneOff
+
+
+def enqueue(
+    sender: str,
+    keys: QueueKeys,
+    jobs: Sequence[NewJob],
+    writing: Sequence[Writing],
+    *,
+    wake_horizon_ms: int,
+    level: int = INFO,
+) -> ScriptCall[list[Enqueued]]:
+    """(new) -> scheduled; ``job_scheduled`` per job at ``level`` (``writing[i]`` is
+    ``jobs[i]``'s), and for ``level`` DEBUG (a batch's jobs) one INFO line for them all."""
+    call = transitions.enqueue(keys, jobs, wake_horizon_ms=wake_horizon_ms)
+    each = SCHEDULED.wanted(level)
+    summed = level == DEBUG and logger.isEnabledFor(INFO)
+    if not (each or summed):
+        return call
+
+    def report(replies: list[Enqueued]) -> None:
+        outcomes: dict[str, int] = {}
+        for written, one in zip(writing, replies, strict=True):
+            if each:
+                job = written.job
+                events.scheduled(
+                    sender, keys.queue, one.id, job.task, one.due_ms, job.key, one.outcome, level
+                )
+            outcomes[one.outcome] = outcomes.get(one.outcome, 0) + 1
+        if summed:
+            events.scheduled_batch(keys.queue, outcomes)
+
+    return reporting(call, report)
+
+
+# ---- claim: scheduled -> inflight (the delay worker) ------------------------------------
+
+
+def claim(
+    keys: QueueKeys, *, limit: int, visibility_ms: int, ahead_ms: int = 0
+) -> ScriptCall[Claim]:
+    """Due jobs -> in flight; the jobs it found expired (``job_expired``, ``job_dead``) and
+    those a limit held (``job_limited``)."""
+
+    def report(claim: Claim) -> None:
+        limit_events.claimed(keys.queue, claim.expired, claim.held)
+
+    call = transitions.claim(keys, limit=limit, visibility_ms=visibility_ms, ahead_ms=ahead_ms)
+    return reporting(call, report)
+
+
+# ---- the Celery side: ack, fail ----------------------------------------------------------
+
+
+class Settling(NamedTuple):
+    """A settling call and what reports it: ``report`` takes the call's read reply, or the
+    DelayQueueError that kept it from being recorded (runner/attempt.py's ``Settle``)."""
+
+    call: ScriptCall[Any]
+    report: Callable[[Any], None]
+
+
+def _nothing(reply: Any) -> None:
+    pass
+
+
+def ack(
+    keys: QueueKeys, job_id: str, token: str, *, task: str, attempt: int, runtime: float
+) -> Settling:
+    """In flight -> gone, the task succeeded: ``job_succeeded`` (``acked`` False when a
+    later dispatch owned the job); nothing when the ack could not be sent."""
+    call = transitions.ack(keys, job_id, token)
+    if not SUCCEEDED.wanted():
+        return Settling(call, _nothing)
+
+    def report(reply: Any) -> None:
+        if not isinstance(reply, DelayQueueError):
+            events.succeeded(keys.queue, job_id, task, attempt, runtime, bool(reply))
+
+    return Settling(call, report)
+
+
+def fail(
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    *,
+    backoff_ms: int,
+    error: str,
+    traceback: str,
+    max_attempts: int,
+    dead_max: int,
+    task: str,
+    attempt: int,
+    runtime: float,
+    exception: BaseException,
+) -> Settling:
+    """In flight -> scheduled after its backoff, or dead: ``job_failed`` with its outcome
+    (None when the failure could not be recorded), then ``job_dead`` when it died."""
+    call = transitions.fail(
+        keys, job_id, token, backoff_ms=backoff_ms, error=error, traceback=traceback,
+        max_attempts=max_attempts, dead_max=dead_max,
+    )  # fmt: skip
+
+    def report(reply: Any) -> None:
+        outcome: FailOutcome | None = None if isinstance(reply, DelayQueueError) else reply
+        events.failed(keys.queue, job_id, task, attempt, runtime, exception, outcome, error)
+        if outcome == "dead":
+            events.dead(SENDER_CELERY_WORKER, keys.queue, job_id, error, "failed", task, attempt)
+
+    return Settling(call, report)
+
+
+# ---- the client's and the admin's moves --------------------------------------------------
 
 
 def cancel(
@@ -96,6 +251,17 @@ def bury(
     return reporting(transitions.bury(keys, job_id, reason), report)
 
 
+def expire(sender: str, keys: QueueKeys, job_id: str, task: str | None = None) -> ScriptCall[bool]:
+    """A job that expired before it could start -> dead, reason "expired": ``job_expired``
+    then ``job_dead`` (cause "expired")."""
+
+    def report(buried: bool) -> None:
+        if buried:
+            limit_events.expired(sender, keys.queue, job_id, task)
+
+    return reporting(transitions.bury(keys, job_id, limit_events.EXPIRED_REASON), report)
+
+
 def reap(keys: QueueKeys, *, limit: int, max_attempts: int) -> ScriptCall[Reaped]:
     """In flight past the visibility timeout -> scheduled again, or dead; one line per pass
     that moved any (and ``jobs_reaped``)."""
@@ -104,6 +270,77 @@ def reap(keys: QueueKeys, *, limit: int, max_attempts: int) -> ScriptCall[Reaped
         events.reaped(keys.queue, reaped.rescheduled, reaped.dead)
 
     return reporting(transitions.reap(keys, limit=limit, max_attempts=max_attempts), report)
+
+
+# ---- the admin's and the command line's -----------------------------------------------------
+
+
+def force_back(sender: str, keys: QueueKeys, job_id: str, reason: str) -> ScriptCall[bool]:
+    """In flight -> scheduled, due now, whatever its token: ``job_forced_back``."""
+
+    def report(moved: bool) -> None:
+        if moved:
+            events.forced_back(sender, keys.queue, job_id, reason)
+
+    call = transitions.release(keys, job_id, delay_ms=0, give_back=False, reason=reason)
+    return reporting(call, report)
+
+
+def purge_ids(sender: str, keys: QueueKeys, ids: Sequence[Id]) -> ScriptCall[int]:
+    """Dead jobs ``ids`` -> gone: ``dead_purged`` with the count deleted and the ids."""
+
+    def report(deleted: int) -> None:
+        events.dead_purged(sender, keys.queue, deleted, [_text(i) for i in ids])
+
+    return reporting(transitions.purge_ids(keys, ids), report)
+
+
+def purge_oldest(sender: str, keys: QueueKeys, count: int) -> ScriptCall[int]:
+    """The ``count`` oldest dead jobs -> gone: ``dead_purged`` with the count deleted."""
+
+    def report(deleted: int) -> None:
+        events.dead_purged(sender, keys.queue, deleted)
+
+    return reporting(transitions.purge_oldest(keys, count), report)
+
+
+def pause(sender: str, keys: QueueKeys, note: str) -> ScriptCall[bool]:
+    """The queue's claims stop: ``queue_paused`` when it was not paused already."""
+
+    def report(paused: bool) -> None:
+        if paused:
+            events.queue_paused(sender, keys.queue, note)
+
+    return reporting(transitions.pause(keys, note), report)
+
+
+def resume(sender: str, keys: QueueKeys) -> ScriptCall[bool]:
+    """The queue's claims go on, its workers woken: ``queue_resumed`` when it was paused."""
+
+    def report(resumed: bool) -> None:
+        if resumed:
+            events.queue_resumed(sender, keys.queue)
+
+    return reporting(transitions.resume(keys), report)
+
+
+def pause_schedule(sender: str, keys: QueueKeys, name: str) -> ScriptCall[bool]:
+    """A schedule stops (its next occurrence's job goes): ``schedule_paused`` when it was
+    running."""
+
+    def report(paused: bool) -> None:
+        if paused:
+            events.schedule_paused(sender, keys.queue, name)
+
+    return reporting(schedules.unplan(keys, name, "pause"), report)
+
+
+def resume_schedule(
+    sender: str, call: ScriptCall[T], queue: str, name: str, next_ms: int
+) -> ScriptCall[T]:
+    """``call``, which plans paused schedule ``name``'s occurrence at ``next_ms`` (the
+    planner builds it): ``schedule_resumed`` once it ran."""
+    return reporting(call, lambda _: events.schedule_resumed(sender, queue, name, next_ms))
 
 
 def _text(job_id: Id) -> str:

@@ -32,12 +32,12 @@ _checking_schedules: list[bool] = []
 
 def _schedule_problems() -> list[CheckMessage]:
     from delayqueue.errors import DelayQueueError
-    from delayqueue.periodic import declare, registry  # noqa: F401 (declare: the settings)
+    from delayqueue.periodic import declarations, declare  # noqa: F401 (declare: the settings)
 
     if _given() is None:
         return []  # E001 says DELAYQUEUE is no dict
     try:
-        found = registry.declared()
+        found = declarations.declared()
     except DelayQueueError as exc:
         return [
             Error(
@@ -53,7 +53,7 @@ def _schedule_problems() -> list[CheckMessage]:
             hint="Give one of them another name= (or another key in SCHEDULES).",
             id="delayqueue.E021",
         )
-        for name in sorted(set(registry.duplicates(found)))
+        for name in sorted(set(declarations.duplicates(found)))
     ]
     for item in found:
         try:

@@ -14,7 +14,7 @@ from delayqueue.conf import get_settings
 from delayqueue.engine.limits import limits_arg
 from delayqueue.engine.packing import without_trace
 from delayqueue.errors import DelayQueueError, InvalidOption
-from delayqueue.periodic import registry
+from delayqueue.periodic import declarations
 from delayqueue.periodic.rules import parse_rule
 from delayqueue.producer.decorator import DelayedTask, delayed_task
 from delayqueue.producer.job_spec import spec
@@ -37,22 +37,22 @@ def _declared(
     every: float | timedelta | None,
     timezone: str | None,
     missed: object,
-    source: registry.Source,
+    source: declarations.Source,
     build: Callable[[], tuple[str, str, str]],
     monitor: object = False,
-) -> registry.Declared:
-    registry.check_name(name)
+) -> declarations.Declared:
+    declarations.check_name(name)
     rule = parse_rule(cron=cron, every=every, timezone=timezone)  # InvalidOption when bad
-    return registry.Declared(
+    return declarations.Declared(
         name=name,
         task=task,
         cron=cron,
         every_ms=_every_ms(every),
         timezone=rule.timezone,
-        missed=registry.check_missed(missed),
+        missed=declarations.check_missed(missed),
         source=source,
         build=build,
-        monitor=registry.check_monitor(monitor),
+        monitor=declarations.check_monitor(monitor),
     )
 
 
@@ -100,10 +100,10 @@ def periodic_task(
     a Sentry cron monitor (docs/tracing.md); ``options`` are ``@delayed_task``'s (queue,
     max_attempts, backoff, visibility_timeout, ...)."""
     if name is not None:
-        registry.check_name(name)
+        declarations.check_name(name)
     parse_rule(cron=cron, every=every, timezone=timezone)  # fails here, at the decorator
-    registry.check_missed(missed)
-    registry.check_monitor(monitor)
+    declarations.check_missed(missed)
+    declarations.check_monitor(monitor)
     if options.get("shards") is not None:
         raise InvalidOption("a periodic task's queue cannot be sharded (its schedule is one)")
 
@@ -111,7 +111,7 @@ def periodic_task(
         task = delayed_task(**options)(function)
         # Celery's own default name for a task: its module and its function's name
         task_name = options.get("name") or f"{function.__module__}.{function.__name__}"
-        registry.add(
+        declarations.add(
             _declared(
                 name or task_name,
                 task_name,
@@ -135,7 +135,7 @@ SETTING_KEYS = {
 }  # fmt: skip
 
 
-def from_settings() -> list[registry.Declared]:
+def from_settings() -> list[declarations.Declared]:
     """``DELAYQUEUE["SCHEDULES"]``: name -> {"task": "...", "cron"/"every": ..., "timezone",
     "args", "kwargs", "queue", "missed"}. InvalidOption names the entry and what is wrong."""
     schedules = get_settings().schedules
@@ -147,7 +147,7 @@ def from_settings() -> list[registry.Declared]:
     for name, entry in schedules.items():
         where = f'DELAYQUEUE["SCHEDULES"][{shown(name)}]'
         try:
-            registry.check_name(name)
+            declarations.check_name(name)
         except InvalidOption as exc:
             raise InvalidOption(f"{where}: {exc}") from None
         if not isinstance(entry, Mapping):
@@ -183,4 +183,4 @@ def from_settings() -> list[registry.Declared]:
     return found
 
 
-registry.add_loader(from_settings)
+declarations.add_loader(from_settings)

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 from delayqueue.conf import Settings, get_settings
 from delayqueue.integrations import sentry_crons
-from delayqueue.periodic import registry
+from delayqueue.periodic import declarations
 from delayqueue.periodic.identity import occurrence_id
 
-_monitored: tuple[Settings | None, dict[str, registry.Declared]] = (None, {})
+_monitored: tuple[Settings | None, dict[str, declarations.Declared]] = (None, {})
 
 
-def monitored(job_id: str) -> registry.Declared | None:
+def monitored(job_id: str) -> declarations.Declared | None:
     """The monitored schedule ``job_id`` is an occurrence of, or None."""
     global _monitored
     config = get_settings()
     if _monitored[0] is not config:  # once per settings (a change makes a new object)
         every = bool(config.sentry_crons)
-        found: dict[str, registry.Declared] = {}
-        for declared in registry.declared():
+        found: dict[str, declarations.Declared] = {}
+        for declared in declarations.declared():
             if every or declared.monitor:
                 found.setdefault(occurrence_id(declared.name, 0)[10:], declared)
         _monitored = (config, found)

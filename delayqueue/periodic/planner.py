@@ -21,12 +21,13 @@ from delayqueue.engine.clients import remember_queue
 from delayqueue.engine.execution import run, run_many
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.reads import redis_now
-from delayqueue.engine.registry import queue_names
+from delayqueue.engine.roster import queue_names
 from delayqueue.engine.schedule_record import ScheduleDeclaration, ScheduleRecord, is_instant
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import DelayQueueError, InvalidOption, RedisUnavailable
+from delayqueue.integrations import otel
 from delayqueue.observability import events
-from delayqueue.periodic import registry
+from delayqueue.periodic import declarations
 from delayqueue.periodic.identity import occurrence_id
 from delayqueue.periodic.rules import Rule, missed_between, parse_rule
 from delayqueue.validators import shown
@@ -66,7 +67,7 @@ def _rule(cron: str | None, every_ms: str | None, timezone: str | None) -> Rule:
     return found
 
 
-def fingerprint(declared: registry.Declared, rule: Rule, spec: str) -> str:
+def fingerprint(declared: declarations.Declared, rule: Rule, spec: str) -> str:
     """Changes when the rule, its timezone, the missed policy or the occurrences' spec do."""
     text = "\n".join([rule.fingerprint(), declared.missed, spec])
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
@@ -89,9 +90,9 @@ def reconcile() -> Reconciled:
     the others are planned."""
     result = Reconciled()
     now = redis_now()
-    planned: list[tuple[registry.Declared, str, str, str, Rule]] = []
+    planned: list[tuple[declarations.Declared, str, str, str, Rule]] = []
     names: set[str] = set()
-    for item in registry.declared():
+    for item in declarations.declared():
         if item.name in names:
             result.failed[item.name] = "declared twice (delayqueue.E020)"
             continue
@@ -145,7 +146,7 @@ def _stored_on(queue: str) -> list[ScheduleRecord]:
 
 
 def _upsert(
-    item: registry.Declared,
+    item: declarations.Declared,
     queue: str,
     made: tuple[str, str],  # the occurrences' packed spec, and their limits (or "")
     rule: Rule,
@@ -222,9 +223,14 @@ def fire_due(queue: str, now_ms: int | None = None, ahead_ms: int = 0) -> list[T
     and the others move on."""
     now = redis_now() if now_ms is None else now_ms
     due = schedules.due(queue, now + ahead_ms)
-    ticks = []
-    for start in range(0, len(due), FIRE_CHUNK):
-        ticks += _fire_chunk(queue, due[start : start + FIRE_CHUNK], now)
+    if not due:
+        return []
+    ticks: list[Tick] = []
+    # (with OpenTelemetry, a span: each occurrence fired keeps its context, docs/tracing.md)
+    with otel.firing(queue, len(due)) as step:
+        for start in range(0, len(due), FIRE_CHUNK):
+            ticks += _fire_chunk(queue, due[start : start + FIRE_CHUNK], now, step.context)
+        step.fired(sum(tick.runs for tick in ticks))
     return ticks
 
 
@@ -240,14 +246,16 @@ class _Step:
     call: ScriptCall[schedules.Fired]
 
 
-def _fire_chunk(queue: str, chunk: list[tuple[str, int | None]], now: int) -> list[Tick]:
+def _fire_chunk(
+    queue: str, chunk: list[tuple[str, int | None]], now: int, trace: str
+) -> list[Tick]:
     found = schedules.records(queue, [name for name, _ in chunk])
     steps = []
     for (name, seen), stored in zip(chunk, found, strict=True):
         if stored is None or stored.next_ms != seen:  # removed, or moved on since
             continue
         try:
-            steps.append(_step(stored, seen, now))
+            steps.append(_step(stored, seen, now, trace))
         except RECORD_ERRORS as exc:  # a record another build (or no build) wrote
             cannot_move_on(queue, name, exc)
     ticks = []
@@ -282,9 +290,10 @@ def cannot_move_on(queue: str, name: str, exc: BaseException) -> None:
     logger.error("%s", problem)
 
 
-def _step(stored: ScheduleRecord, seen: int | None, now: int) -> _Step:
+def _step(stored: ScheduleRecord, seen: int | None, now: int, trace: str = "") -> _Step:
     """The step that moves ``stored`` on from the occurrence at ``seen``, by its policy for
-    the occurrences that came and went meanwhile."""
+    the occurrences that came and went meanwhile; the occurrence that came due keeps the
+    trace context ``trace``, if any."""
     if seen is None or not is_instant(seen):
         raise InvalidOption(f"its next occurrence ({seen} ms) is not an instant")
     rule = rule_of(stored)
@@ -307,5 +316,6 @@ def _step(stored: ScheduleRecord, seen: int | None, now: int) -> _Step:
         missed=missed,
         skip=skip,
         wake_horizon_ms=WAKE_HORIZON_MS,
+        trace=trace,
     )
     return _Step(stored.name, seen, missed, call)

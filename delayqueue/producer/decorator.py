@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from celery import Task, shared_task
 from celery.local import Proxy
@@ -16,7 +16,7 @@ from delayqueue import tasks  # noqa: F401
 from delayqueue.conf import get_settings
 from delayqueue.engine.limits import Limits
 from delayqueue.engine.shards import declare, declare_limited
-from delayqueue.producer import async_client, client
+from delayqueue.producer import api, async_api
 from delayqueue.producer.due import delay_seconds
 from delayqueue.producer.task_options import limit_options, task_options
 from delayqueue.producer.task_proxy import per_app
@@ -24,6 +24,8 @@ from delayqueue.runner.attempt import Backoff
 from delayqueue.runner.job import run_job
 from delayqueue.validators import check_flag
 from delayqueue.wire import dispatch_headers
+
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     _TaskBase = Task[Any, Any]
@@ -70,53 +72,37 @@ class DelayedTask(_TaskBase):
         days: float | None = None,
         delta: timedelta | None = None,
         key: str | None = None,
-        on_conflict: client.OnConflict = "keep",
+        on_conflict: api.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
         limit_key: str | None = None,
         expires: float | timedelta | None = None,
         **kwargs: Any,
-    ) -> client.Job:
+    ) -> api.Job:
         """Run ``self(*args, **kwargs)`` once the given delay has passed."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        return client.enqueue(
-            self,
-            args,
-            kwargs,
-            delay=delay,
-            key=key,
-            on_conflict=on_conflict,
-            on_commit=on_commit,
-            durable=durable,
-            limit_key=limit_key,
-            expires=expires,
-        )
+        return self._enqueue(
+            api.enqueue, args, kwargs, delay, None, key, on_conflict, on_commit, durable,
+            limit_key, expires,
+        )  # fmt: skip
 
     def delay_until(
         self,
         *args: Any,
         eta: datetime,
         key: str | None = None,
-        on_conflict: client.OnConflict = "keep",
+        on_conflict: api.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
         limit_key: str | None = None,
         expires: float | timedelta | None = None,
         **kwargs: Any,
-    ) -> client.Job:
+    ) -> api.Job:
         """Run ``self(*args, **kwargs)`` at ``eta`` (an aware datetime)."""
-        return client.enqueue(
-            self,
-            args,
-            kwargs,
-            eta=eta,
-            key=key,
-            on_conflict=on_conflict,
-            on_commit=on_commit,
-            durable=durable,
-            limit_key=limit_key,
-            expires=expires,
-        )
+        return self._enqueue(
+            api.enqueue, args, kwargs, None, eta, key, on_conflict, on_commit, durable,
+            limit_key, expires,
+        )  # fmt: skip
 
     def delay_many(
         self,
@@ -129,10 +115,10 @@ class DelayedTask(_TaskBase):
         delta: timedelta | None = None,
         on_commit: bool = True,
         durable: bool | None = None,
-    ) -> list[client.Job]:
+    ) -> list[api.Job]:
         """Schedule one job per args tuple in ``calls``, all with the same delay, in one
         round trip."""
-        return client.delay_many(
+        return api.delay_many(
             self._many_specs(calls, seconds, minutes, hours, days, delta, durable),
             on_commit=on_commit,
         )
@@ -146,22 +132,62 @@ class DelayedTask(_TaskBase):
         days: float | None,
         delta: timedelta | None,
         durable: bool | None,
-    ) -> list[client.JobSpec]:
+    ) -> list[api.JobSpec]:
         """The checked jobs of ``delay_many`` and ``adelay_many``."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        specs = client.spec_many(self, calls, delay=delay)
+        specs = api.spec_many(self, calls, delay=delay)
         if durable is not None:
             check_flag(durable, "durable")
             for s in specs:
                 s.durable = durable
         return specs
 
+    # ---- the defaulting the blocking and the awaited methods share ----------------------------
+
+    def _enqueue(
+        self,
+        enqueue: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        delay: float | timedelta | None,
+        eta: datetime | None,
+        key: str | None,
+        on_conflict: api.OnConflict,
+        on_commit: bool,
+        durable: bool | None,
+        limit_key: str | None,
+        expires: float | timedelta | None,
+    ) -> R:
+        """``enqueue`` (api.enqueue, or async_api.aenqueue: its coroutine) of this
+        task's job, due after ``delay`` seconds or at ``eta``."""
+        return enqueue(
+            self, args, kwargs, delay=delay, eta=eta, key=key, on_conflict=on_conflict,
+            on_commit=on_commit, durable=durable, limit_key=limit_key, expires=expires,
+        )  # fmt: skip
+
+    def _durable(self, durable: bool | None) -> bool | None:
+        """A move's durability: the call's, else the task's (else DURABLE decides)."""
+        return self.dq_durable if durable is None else durable
+
+    @staticmethod
+    def _move_delay(
+        eta: datetime | None,
+        seconds: float | None,
+        minutes: float | None,
+        hours: float | None,
+        days: float | None,
+        delta: timedelta | None,
+    ) -> float | timedelta | None:
+        """A reschedule's delay; None when it gives ``eta``."""
+        if eta is not None:
+            return None
+        return delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
+
     def cancel(
         self, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
     ) -> bool:
         """Remove this task's scheduled job (by id or dedupe key); whether one was removed."""
-        durable = self.dq_durable if durable is None else durable
-        return client.cancel(self.delay_queue, job_id, key=key, durable=durable)
+        return api.cancel(self.delay_queue, job_id, key=key, durable=self._durable(durable))
 
     def reschedule(
         self,
@@ -175,19 +201,14 @@ class DelayedTask(_TaskBase):
         delta: timedelta | None = None,
         eta: datetime | None = None,
         durable: bool | None = None,
-    ) -> client.Job | None:
+    ) -> api.Job | None:
         """Move a scheduled job to a new due time; None when it is no longer scheduled."""
-        durable = self.dq_durable if durable is None else durable
-        delay = None
-        if eta is None:
-            delay = delay_seconds(
-                seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
-            )
-        return client.reschedule(
-            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
+        delay = self._move_delay(eta, seconds, minutes, hours, days, delta)
+        return api.reschedule(
+            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=self._durable(durable)
         )
 
-    # ---- the same on an event loop (delayqueue.producer.async_client): awaited, no thread --------
+    # ---- the same on an event loop (delayqueue.producer.async_api): awaited, no thread --------
 
     async def adelay_for(
         self,
@@ -198,53 +219,37 @@ class DelayedTask(_TaskBase):
         days: float | None = None,
         delta: timedelta | None = None,
         key: str | None = None,
-        on_conflict: client.OnConflict = "keep",
+        on_conflict: api.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
         limit_key: str | None = None,
         expires: float | timedelta | None = None,
         **kwargs: Any,
-    ) -> client.Job:
+    ) -> api.Job:
         """``delay_for``, awaited on the running event loop."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        return await async_client.aenqueue(
-            self,
-            args,
-            kwargs,
-            delay=delay,
-            key=key,
-            on_conflict=on_conflict,
-            on_commit=on_commit,
-            durable=durable,
-            limit_key=limit_key,
-            expires=expires,
-        )
+        return await self._enqueue(
+            async_api.aenqueue, args, kwargs, delay, None, key, on_conflict, on_commit,
+            durable, limit_key, expires,
+        )  # fmt: skip
 
     async def adelay_until(
         self,
         *args: Any,
         eta: datetime,
         key: str | None = None,
-        on_conflict: client.OnConflict = "keep",
+        on_conflict: api.OnConflict = "keep",
         on_commit: bool = True,
         durable: bool | None = None,
         limit_key: str | None = None,
         expires: float | timedelta | None = None,
         **kwargs: Any,
-    ) -> client.Job:
+    ) -> api.Job:
         """``delay_until``, awaited on the running event loop."""
-        return await async_client.aenqueue(
-            self,
-            args,
-            kwargs,
-            eta=eta,
-            key=key,
-            on_conflict=on_conflict,
-            on_commit=on_commit,
-            durable=durable,
-            limit_key=limit_key,
-            expires=expires,
-        )
+        return await self._enqueue(
+            async_api.aenqueue, args, kwargs, None, eta, key, on_conflict, on_commit,
+            durable, limit_key, expires,
+        )  # fmt: skip
 
     async def adelay_many(
         self,
@@ -257,9 +262,9 @@ class DelayedTask(_TaskBase):
         delta: timedelta | None = None,
         on_commit: bool = True,
         durable: bool | None = None,
-    ) -> list[client.Job]:
+    ) -> list[api.Job]:
         """``delay_many``, awaited on the running event loop: one round trip."""
-        return await async_client.adelay_many(
+        return await async_api.adelay_many(
             self._many_specs(calls, seconds, minutes, hours, days, delta, durable),
             on_commit=on_commit,
         )
@@ -268,8 +273,9 @@ class DelayedTask(_TaskBase):
         self, job_id: str | None = None, *, key: str | None = None, durable: bool | None = None
     ) -> bool:
         """``cancel``, awaited on the running event loop."""
-        durable = self.dq_durable if durable is None else durable
-        return await async_client.acancel(self.delay_queue, job_id, key=key, durable=durable)
+        return await async_api.acancel(
+            self.delay_queue, job_id, key=key, durable=self._durable(durable)
+        )
 
     async def areschedule(
         self,
@@ -283,16 +289,11 @@ class DelayedTask(_TaskBase):
         delta: timedelta | None = None,
         eta: datetime | None = None,
         durable: bool | None = None,
-    ) -> client.Job | None:
+    ) -> api.Job | None:
         """``reschedule``, awaited on the running event loop."""
-        durable = self.dq_durable if durable is None else durable
-        delay = None
-        if eta is None:
-            delay = delay_seconds(
-                seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta
-            )
-        return await async_client.areschedule(
-            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=durable
+        delay = self._move_delay(eta, seconds, minutes, hours, days, delta)
+        return await async_api.areschedule(
+            self.delay_queue, job_id, key=key, delay=delay, eta=eta, durable=self._durable(durable)
         )
 
 

@@ -3,7 +3,7 @@ every shard it may be on, sync or awaited.
 
 The calls report their own events (``delayqueue.observability.reported``). ``cancel`` and
 ``acancel`` live here, below ``job_spec``, so that a ``Job`` handle can cancel itself;
-``reschedule`` returns a ``Job`` and lives in ``client`` / ``async_client`` on the steps here.
+``reschedule`` returns a ``Job`` and lives in ``api`` / ``async_api`` on the steps here.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from delayqueue.engine import transitions
 from delayqueue.engine.clients import remember_queue
 from delayqueue.engine.execution import run_all, run_direct
 from delayqueue.engine.keys import queue_keys
-from delayqueue.observability import events
+from delayqueue.observability import events, reported
 from delayqueue.producer.job_spec import Job, JobSpec
 from delayqueue.signals import SENDER_CLIENT
 
@@ -49,13 +49,12 @@ def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
         remember_queue(job.queue)
         reply = run_direct(enqueue_call(specs), durable=specs[0].durable)[0]
         apply_reply(job, reply)
-        scheduled(job, reply)
         return
     for queue in {s.job.queue for s in specs}:
         remember_queue(queue)
     chunks = chunked(specs)
-    replies = run_all([enqueue_call(chunk) for chunk in chunks], durable=durable_of(specs))
-    written(chunks, replies, each_level)
+    calls = [enqueue_call(chunk, each_level) for chunk in chunks]
+    written(chunks, run_all(calls, durable=durable_of(specs)))
 
 
 def chunked(specs: list[JobSpec]) -> list[list[JobSpec]]:
@@ -70,36 +69,32 @@ def chunked(specs: list[JobSpec]) -> list[list[JobSpec]]:
     ]
 
 
-def written(
-    chunks: list[list[JobSpec]], replies: list[list[transitions.Enqueued]], each_level: int
-) -> None:
-    """The jobs' handles and events once their enqueue calls replied."""
-    each = events.scheduled_wanted(each_level)  # a line or a signal per job
+def written(chunks: list[list[JobSpec]], replies: list[list[transitions.Enqueued]]) -> None:
+    """The jobs' handles once their enqueue calls replied (their events: ``enqueue_call``)."""
     for chunk, reply in zip(chunks, replies, strict=True):
-        outcomes: dict[str, int] = {}
         for s, one in zip(chunk, reply, strict=True):
             apply_reply(s.job, one)
-            if each:
-                scheduled(s.job, one, each_level)
-            outcomes[one.outcome] = outcomes.get(one.outcome, 0) + 1
-        if each_level == events.DEBUG:
-            events.scheduled_batch(chunk[0].job.queue, outcomes)
 
 
-def scheduled(job: Job, reply: transitions.Enqueued, level: int = events.INFO) -> None:
-    events.scheduled(
-        SENDER_CLIENT, job.queue, reply.id, job.task, reply.due_ms, job.key, reply.outcome, level
-    )
-
-
-def enqueue_call(chunk: list[JobSpec]) -> transitions.ScriptCall[list[transitions.Enqueued]]:
+def enqueue_call(
+    chunk: list[JobSpec], level: int = events.INFO
+) -> transitions.ScriptCall[list[transitions.Enqueued]]:
+    """The jobs of one queue -> scheduled, reporting ``job_scheduled`` per job at ``level``
+    (DEBUG: a batch's, summed up in one INFO line)."""
     new = [
         transitions.NewJob(
             s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed, s.limits
         )
         for s in chunk
     ]
-    return transitions.enqueue(queue_keys(chunk[0].job.queue), new, wake_horizon_ms=WAKE_HORIZON_MS)
+    return reported.enqueue(
+        SENDER_CLIENT,
+        queue_keys(chunk[0].job.queue),
+        new,
+        chunk,
+        wake_horizon_ms=WAKE_HORIZON_MS,
+        level=level,
+    )
 
 
 def submit(specs: list[JobSpec], on_commit: bool, using: str | None) -> None:

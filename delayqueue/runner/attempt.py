@@ -24,7 +24,7 @@ from delayqueue.engine.execution import run, run_direct
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.record import describe_exception, utf8_safe
 from delayqueue.errors import DelayQueueError
-from delayqueue.observability import events
+from delayqueue.observability import events, reported
 from delayqueue.runner.observed import around_attempt
 from delayqueue.validators import BACKOFF_MAX_SECONDS, MAX_DISPATCH_AHEAD
 
@@ -104,32 +104,18 @@ def run_attempt(
         result = call()
     except Exception as exc:
         runtime = time.monotonic() - began
-        fail, error = failure_call(attempt.keys, job_id, attempt.token, number, exc, backoff)
-        raised = exc  # (``exc`` is unbound after the except block)
-
-        def failed(outcome: Any) -> None:
-            known = None if isinstance(outcome, DelayQueueError) else outcome
-            events.failed(queue, job_id, task, number, runtime, raised, known, error)
-            if known == "dead":
-                events.dead(
-                    signals.SENDER_CELERY_WORKER, queue, job_id, error, "failed", task, number
-                )
-
-        settle.add(
-            fail, failed, f"job {job_id} on {queue} failed and the failure could not be recorded"
+        fail = failure_call(
+            attempt.keys, job_id, attempt.token, number, exc, backoff, task=task, runtime=runtime
         )
-        return Outcome(False, raised=raised)
+        settle.add(*fail, f"job {job_id} on {queue} failed and the failure could not be recorded")
+        return Outcome(False, raised=exc)
     runtime = time.monotonic() - began
-
-    def acked(reply: Any) -> None:
-        if not isinstance(reply, DelayQueueError):
-            events.succeeded(queue, job_id, task, number, runtime, bool(reply))
-
     # Not raised when it fails: the task itself succeeded. The job stays in flight and is
     # reaped and run again after its visibility timeout (at least once).
     settle.add(
-        transitions.ack(attempt.keys, job_id, attempt.token),
-        acked,
+        *reported.ack(
+            attempt.keys, job_id, attempt.token, task=task, attempt=number, runtime=runtime
+        ),
         f"job {job_id} on {queue} ran but its ack failed; it will run again",
     )
     return Outcome(True, result=result)
@@ -151,9 +137,17 @@ def hold_until_due(due_ms: int | None, begun_us: int | None, replied: float) -> 
 
 
 def failure_call(
-    keys: QueueKeys, job_id: str, token: str, attempt: int, exc: Exception, backoff: Backoff | None
-) -> tuple[transitions.ScriptCall[transitions.FailOutcome], str]:
-    """The fail call that records a failed attempt, and the error's summary."""
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    attempt: int,
+    exc: Exception,
+    backoff: Backoff | None,
+    *,
+    task: str,
+    runtime: float,
+) -> reported.Settling:
+    """The fail call that records a failed attempt, and what reports it."""
     config = get_settings()
     error = utf8_safe(describe_exception(exc, 2000))
     try:
@@ -161,7 +155,7 @@ def failure_call(
     except Exception:  # an exception whose __str__ raises
         trace = error
     trace = utf8_safe(trace)
-    call = transitions.fail(
+    return reported.fail(
         keys,
         job_id,
         token,
@@ -170,8 +164,11 @@ def failure_call(
         traceback=trace,
         max_attempts=config.max_attempts,
         dead_max=config.dead_max,
+        task=task,
+        attempt=attempt,
+        runtime=runtime,
+        exception=exc,
     )
-    return call, error
 
 
 def backoff_ms(attempt: int, backoff: Backoff | None) -> int:

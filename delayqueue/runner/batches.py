@@ -15,11 +15,14 @@ fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
   again, so a long batch never lets its later jobs be reaped while it still holds them.
 - A task with rides (``riders.py``) sends its calls in the same round trips: one after each
   job's first begin, and what its code adds before each job's ack or fail.
-- A job with a rate is counted at its begin (begin.lua, docs/limits.md): one that would
-  start more than RATE_SLACK after its begin's reply is begun again first, with the jobs
-  after it that may start within RATE_SLACK (as many as ran since the last begin) in the
-  same round trip, so the instant counted is its start within RATE_SLACK; one its rate does
-  not allow then is put back, not run.
+- A job with a rate is counted at its begin (begin.lua, docs/limits.md), at the latest
+  instant it may start: its begin's, or, when the rate's window has room for every job the
+  batch still starts after it, that instant plus a horizon (up to HORIZON, at most a tenth
+  of the window) that the job is counted at instead. One that would start more than
+  RATE_SLACK after the instant counted is begun again first, with the jobs after it (all of
+  them when it had a horizon, else as many as ran since the last begin, about as many as
+  start within RATE_SLACK) in the same round trip; one its rate does not allow then is put
+  back, not run. A rate that is far from reached thus costs a batch one begin per job.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ logger = logging.getLogger(__name__)
 # Seconds a job with a rate may start after the instant its begin counted (docs/limits.md,
 # "Clock and skew"); later, the rest of the batch is begun again first.
 RATE_SLACK = 0.005
+# The horizon (ms) a batch asks begin for (begin.lua grants at most a tenth of the window).
+HORIZON_MS = 60_000
 
 
 @dataclass
@@ -61,6 +66,8 @@ class BatchJob(BatchEntry):
     begun_us: int | None = None
     replied: float = 0.0
     rated: bool = False  # it has a rate: begun again when it would start RATE_SLACK late
+    start_by: float = 0.0  # rated: the time.monotonic() after which it is begun again
+    horizon: bool = False  # rated: its begin counted it at a horizon, later than the begin
     ridden: Any = riders.NOT_RIDDEN  # the reply of its rides' call at its first begin
 
 
@@ -124,7 +131,7 @@ def run_batch(
     # with each job; this decides when the batch begins its later jobs again).
     own = visibility_timeout or get_settings().visibility_timeout
     visibility_ms = int(own * 1000)
-    pending = deque(_begin(keys, queue, valid, visibility_ms, rides))
+    pending = deque(_begin(keys, queue, valid, visibility_ms, rides=rides))
     begun_at = time.monotonic()
     settle = _Settle()
     succeeded = 0
@@ -133,13 +140,16 @@ def run_batch(
     while pending:
         if time.monotonic() - begun_at > visibility_ms / 2000:
             settle.send()
-            pending = deque(_begin(keys, queue, list(pending), visibility_ms, rides))
+            pending = deque(_begin(keys, queue, list(pending), visibility_ms, rides=rides))
             begun_at = time.monotonic()
             continue
         job = pending.popleft()
-        if job.rated and not again and time.monotonic() - job.replied > RATE_SLACK:
-            chunk = [job] + [pending.popleft() for _ in range(min(ran, len(pending)))]
-            pending.extendleft(reversed(_begin(keys, queue, chunk, visibility_ms, rides)))
+        if job.rated and not again and time.monotonic() > job.start_by:
+            more = len(pending) if job.horizon else min(ran, len(pending))
+            chunk = [job] + [pending.popleft() for _ in range(more)]
+            pending.extendleft(
+                reversed(_begin(keys, queue, chunk, visibility_ms, len(pending), rides))
+            )
             again, ran = True, 0
             continue
         again, ran = False, ran + 1
@@ -153,11 +163,24 @@ def _begin(
     queue: str,
     jobs: list[BatchJob],
     visibility_ms: int,
+    later: int = 0,
     rides: riders.Rides | None = None,
 ) -> list[BatchJob]:
-    """Begin every job in one round trip, with the calls of the task's rides after the
-    begins (a job's first); the jobs this dispatch may run."""
-    calls = [transitions.begin(keys, j.id, j.token, visibility_ms=visibility_ms) for j in jobs]
+    """Begin every job in one round trip (``later``: jobs the batch starts after them), with
+    the calls of the task's rides after the begins (a job's first); the jobs this dispatch
+    may run."""
+    horizon = min(HORIZON_MS, visibility_ms // 2)
+    calls = [
+        transitions.begin(
+            keys,
+            j.id,
+            j.token,
+            visibility_ms=visibility_ms,
+            horizon_ms=horizon,
+            after=len(jobs) - i - 1 + later,
+        )
+        for i, j in enumerate(jobs)
+    ]
     request = getattr(current_task, "request", None)
     ridden: list[tuple[BatchJob, transitions.ScriptCall[Any]]] = []
     for j in jobs if rides is not None else []:
@@ -192,6 +215,10 @@ def _begin(
         else:
             job.attempt, job.begun_us, job.replied = began.attempt, began.now_us, replied
             job.rated = began.rated
+            if began.rated and began.now_us is not None and began.counted_ms is not None:
+                # (Redis's clock: the instant counted is `ahead` s after the begin ran)
+                ahead = max(0.0, (began.counted_ms * 1000 - began.now_us) / 1e6)
+                job.start_by, job.horizon = replied + ahead + RATE_SLACK, ahead > RATE_SLACK
             runnable.append(job)
     return runnable
 

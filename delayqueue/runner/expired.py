@@ -6,11 +6,10 @@ from __future__ import annotations
 import logging
 
 from delayqueue import signals
-from delayqueue.engine import transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.errors import DelayQueueError
-from delayqueue.observability import limit_events
+from delayqueue.observability import reported
 
 logger = logging.getLogger("delayqueue.runner.job")
 
@@ -19,11 +18,8 @@ def bury_expired(keys: QueueKeys, queue: str, job_id: str, task: str | None = No
     """Move job ``job_id``, which expired before it started, to dead. When Redis cannot be
     told, the job stays in flight: reaped, then found expired by the next claim."""
     try:
-        buried = run(transitions.bury(keys, job_id, limit_events.EXPIRED_REASON), strict=False)
+        run(reported.expire(signals.SENDER_CELERY_WORKER, keys, job_id, task), strict=False)
     except DelayQueueError as exc:
         logger.error(
             "job %s on %s expired, not run; not yet moved to dead (%s)", job_id, queue, exc
         )
-        return
-    if buried:
-        limit_events.expired(signals.SENDER_CELERY_WORKER, queue, job_id, task)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from delayqueue.engine import queues, record, registry
+from delayqueue.engine import queues, record, roster
 from delayqueue.engine.keys import (
     JOB_ID,
     QUEUE_NAME,
@@ -51,14 +51,14 @@ def job_id_of(member: bytes) -> str | None:
 
 def known_queues(notes: list[str] | None = None) -> list[str]:
     """Queue names from ``dq:queues`` that are valid names, sorted."""
-    return registry.queue_names(notes).names
+    return roster.queue_names(notes).names
 
 
 def queue_exists(queue: str) -> bool:
     """A valid name that is known, or that holds jobs in any state."""
     if not QUEUE_NAME.fullmatch(queue):
         return False
-    return registry.is_registered(queue) or queues.holds_jobs(queue)
+    return roster.is_registered(queue) or queues.holds_jobs(queue)
 
 
 def count(queue: str, state: State) -> int:

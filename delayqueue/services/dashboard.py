@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from delayqueue.engine import presence, registry
+from delayqueue.engine import presence, roster
 from delayqueue.engine import queues as queue_state
 from delayqueue.engine.keys import STAT_FIELDS
 from delayqueue.engine.reads import redis_now
@@ -27,10 +27,18 @@ CHART_MINUTES, CHART_HOURS = 60, 24
 
 @dataclass
 class Throughput:
-    dispatched: int = 0
-    acked: int = 0
-    failed: int = 0
-    dead: int = 0
+    """The four counters of the stats keys: counts over a window, or (``per_minute``) the
+    average minute of it. The dashboard, the command line and the metrics read these."""
+
+    dispatched: float = 0
+    acked: float = 0
+    failed: float = 0
+    dead: float = 0
+
+    def per_minute(self, minutes: int) -> Throughput:
+        return Throughput(
+            *(round(n / minutes, 2) for n in (self.dispatched, self.acked, self.failed, self.dead))
+        )
 
 
 @dataclass
@@ -189,7 +197,7 @@ def workers(notes: list[str] | None = None) -> tuple[list[WorkerInfo], int]:
     heartbeat hash has expired). A worker's hash expires ~30 s after its last heartbeat."""
     now = redis_now()
     alive, gone = [], 0
-    for worker in registry.worker_entries(MAX_WORKERS_SHOWN, notes):
+    for worker in roster.worker_entries(MAX_WORKERS_SHOWN, notes):
         if worker.gone:
             gone += 1
             continue

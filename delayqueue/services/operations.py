@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from delayqueue.conf import get_settings
-from delayqueue.engine import queues, transitions
+from delayqueue.engine import queues
 from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import check_job_id, check_queue_name, queue_keys
 from delayqueue.errors import InvalidDelay
@@ -90,12 +90,7 @@ def force_back(queue: str, ids: Sequence[str], reason: str) -> ActionResult:
     attempt counts. A dispatch still running keeps its token and may still ack the job."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    replies = run_all(
-        [
-            transitions.release(keys, i, delay_ms=0, give_back=False, reason=reason[:500])
-            for i in ids
-        ]
-    )
+    replies = run_all([reported.force_back(SENDER_ADMIN, keys, i, reason[:500]) for i in ids])
     return _sorted("force back", ids, replies)
 
 
@@ -122,7 +117,7 @@ def delete_dead(queue: str, ids: Sequence[str]) -> ActionResult:
     """Dead jobs -> gone (their data too)."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    replies = run_all([transitions.purge_ids(keys, [i]) for i in ids])
+    replies = run_all([reported.purge_ids(SENDER_ADMIN, keys, [i]) for i in ids])
     return _sorted("delete", ids, [reply == 1 for reply in replies])
 
 
@@ -157,7 +152,7 @@ def purge_all_dead(queue: str, *, chunk: int = PURGE_CHUNK) -> BulkResult:
     result = BulkResult("purge all")
     budget = queues.count(queue, "dead", [])
     while budget > 0:
-        deleted = run(transitions.purge_oldest(keys, min(chunk, budget)))
+        deleted = run(reported.purge_oldest(SENDER_ADMIN, keys, min(chunk, budget)))
         if not deleted:
             break
         result.done += deleted
@@ -179,10 +174,10 @@ def pause(queue: str, note: str) -> bool:
     # A note from a command line may hold bytes that are not UTF-8 (as lone surrogates):
     # kept, escaped, rather than refused by the Redis client's encoder.
     text = note[:200].encode("utf-8", "backslashreplace").decode() or "paused"
-    return run(transitions.pause(keys, text))
+    return run(reported.pause(SENDER_ADMIN, keys, text))
 
 
 def resume(queue: str) -> bool:
     """Let workers claim from the queue again, and wake them so due jobs go at once. False
     when it was not paused."""
-    return run(transitions.resume(queue_keys(check_queue_name(queue))))
+    return run(reported.resume(SENDER_ADMIN, queue_keys(check_queue_name(queue))))

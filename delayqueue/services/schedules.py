@@ -13,14 +13,18 @@ from delayqueue.engine import queues as queue_reads
 from delayqueue.engine import schedules, transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import new_job_id, queue_keys
+from delayqueue.engine.packing import with_trace
 from delayqueue.engine.reads import redis_now
-from delayqueue.engine.registry import queue_names
+from delayqueue.engine.roster import queue_names
 from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable
+from delayqueue.integrations import otel
+from delayqueue.observability import reported
 from delayqueue.periodic import planner
 from delayqueue.periodic.planner import RECORD_ERRORS
 from delayqueue.periodic.rules import EPOCH, upcoming
+from delayqueue.signals import SENDER_ADMIN
 
 NEXT_RUNS = 5
 T = TypeVar("T")
@@ -152,7 +156,8 @@ def pause(name: str) -> bool:
     stored = _with_record(name, "paused")
     if stored is None:
         return False
-    return _on_record(schedules.unplan(queue_keys(stored.queue), name, "pause"), name, "paused")
+    call = reported.pause_schedule(SENDER_ADMIN, queue_keys(stored.queue), name)
+    return _on_record(call, name, "paused")
 
 
 def resume(name: str) -> bool:
@@ -166,7 +171,8 @@ def resume(name: str) -> bool:
     try:
         next_ms = planner.rule_of(stored).next_after(redis_now())
         # (the record keeps its rule, its counts and its last run: only the plan is new)
-        call = planner.plan_call(stored.queue, name, next_ms, spec, None)
+        planned = planner.plan_call(stored.queue, name, next_ms, spec, None)
+        call = reported.resume_schedule(SENDER_ADMIN, planned, stored.queue, name, next_ms)
     except RedisUnavailable:
         raise
     except RECORD_ERRORS as exc:
@@ -183,8 +189,10 @@ def run_now(name: str) -> str | None:
     if stored is None or not spec:
         return None
     limits = stored.limits or ""  # (its limits hold for it too)
+    spec = with_trace(spec, otel.active_context())  # the admin request's trace, if any
     job = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec, limits)
     keys = queue_keys(stored.queue)
-    call = transitions.enqueue(keys, [job], wake_horizon_ms=WAKE_HORIZON_MS)
+    one_off = reported.Written(reported.OneOff(stored.task or ""))
+    call = reported.enqueue(SENDER_ADMIN, keys, [job], [one_off], wake_horizon_ms=WAKE_HORIZON_MS)
     [done] = _on_record(call, name, "run now")
     return done.id

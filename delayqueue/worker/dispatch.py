@@ -40,7 +40,7 @@ from delayqueue.wire import (
 )
 from delayqueue.worker.claimed import Claimed, bury, describe, describe_current
 from delayqueue.worker.handoff import BACKLOG_FROM, FALLBACK, HandoffWatch, batch_size
-from delayqueue.worker.publishers import PublishError, TaskMessage, publisher_for
+from delayqueue.worker.publisher_choice import PublishError, TaskMessage, publisher_for
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Send:
 
 
 class Dispatcher:
-    """Publishes claimed jobs with the app's publisher (see publishers.py) and counts them."""
+    """Publishes claimed jobs with the app's publisher (see publisher_choice.py) and counts them."""
 
     def __init__(self, app: Celery, worker_id: str | None = None) -> None:
         self.app = app
@@ -240,7 +240,7 @@ class Dispatcher:
         went = [job for send in sends for job in send.jobs]
         self.dispatched += len(went)
         otel.dispatched(went)
-        _dispatched(went)
+        events.dispatched_all(went)
         for send in sends:
             first = send.jobs[0]
             jobs = [(job.id, job.token) for job in send.jobs]
@@ -314,17 +314,3 @@ def _bury_unsendable(job: Claimed, exc: Exception) -> None:
     else:
         reason = f"cannot build its Celery message: {describe(exc)}"
     bury(job.queue, job.id, reason, job.task, job.attempt)
-
-
-def _dispatched(jobs: list[Claimed]) -> None:
-    by_queue: dict[str, list[Claimed]] = {}
-    for job in jobs:
-        by_queue.setdefault(job.queue, []).append(job)
-    for queue, group in by_queue.items():
-        lateness = [job.lateness_ms for job in group]
-        level = events.INFO
-        if len(group) > events.LOG_EACH_DISPATCH:
-            events.dispatched_batch(queue, lateness)
-            level = events.DEBUG
-        for job, late in zip(group, lateness, strict=True):
-            events.dispatched(queue, job.id, job.task, job.attempt, late, level)

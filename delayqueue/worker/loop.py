@@ -22,7 +22,7 @@ from ulid import ULID
 
 from delayqueue.celery_app import get_celery_app
 from delayqueue.conf import get_settings
-from delayqueue.engine import registry, transitions
+from delayqueue.engine import roster, transitions
 from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import check_queue_name, queue_keys
 from delayqueue.engine.reads import redis_now
@@ -31,10 +31,10 @@ from delayqueue.engine.shards import shard_names
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.engine.wake import WakeChannels, WakeLost
 from delayqueue.errors import DelayQueueError, RedisUnavailable
-from delayqueue.observability import limit_events, reported
+from delayqueue.observability import reported
 from delayqueue.periodic import planner
 from delayqueue.validators import (
-    check_batch_size,
+    check_claim_size,
     check_dispatch_ahead,
     check_visibility_timeout,
 )
@@ -42,7 +42,7 @@ from delayqueue.worker import periodic
 from delayqueue.worker.claimed import Claimed, decode_claimed
 from delayqueue.worker.clock import RedisClock
 from delayqueue.worker.dispatch import Dispatcher
-from delayqueue.worker.publishers import Publisher
+from delayqueue.worker.publisher_choice import Publisher
 from delayqueue.worker.served_queues import say_once, served_queues
 from delayqueue.worker.stop_signals import install_stop_handlers
 
@@ -73,7 +73,7 @@ class DelayWorker:
         self,
         queues: list[str] | None = None,
         *,
-        batch_size: int | None = None,
+        claim_size: int | None = None,
         visibility_timeout: float | None = None,
         celery_app: Celery | None = None,
         health_file: str | Path | None = None,
@@ -86,8 +86,8 @@ class DelayWorker:
             else None
         )
         self.queues: list[str] = list(self.fixed_queues or [])
-        self.batch_size = check_batch_size(
-            batch_size if batch_size is not None else config.batch_size
+        self.claim_size = check_claim_size(
+            claim_size if claim_size is not None else config.claim_size
         )
         timeout = (
             visibility_timeout if visibility_timeout is not None else config.visibility_timeout
@@ -105,8 +105,8 @@ class DelayWorker:
         self._last_heartbeat = 0.0
         self.wake = WakeChannels()
         self.clock = RedisClock()
-        # Jobs a pass claims per queue: the batch size, or less after a wait (``run`` sets it).
-        self.claim_limit = self.batch_size
+        # Jobs a pass claims per queue: the claim size, or less after a wait (``run`` sets it).
+        self.claim_limit = self.claim_size
         # queue -> (its next in-flight deadline as a time.monotonic(), when it was last reaped)
         self._reap_state: dict[str, tuple[float, float]] = {}
         self.health_file = Path(health_file) if health_file is not None else None
@@ -124,7 +124,7 @@ class DelayWorker:
         self.reconcile_schedules()
         if not once:
             install_stop_handlers(self)
-        logger.info("delay worker %s starting (batch %s)", self.id, self.batch_size)
+        logger.info("delay worker %s starting (claims %s)", self.id, self.claim_size)
         self.dispatcher.warm_up_soon()  # the first due job does not wait for the broker
         self._touch_health()
         try:
@@ -149,7 +149,7 @@ class DelayWorker:
                 # After a wait, claims grow from FIRST_CLAIM (doubling per full pass): the
                 # first jobs of a burst leave at once, and no large claim holds Redis while
                 # the Celery side begins them.
-                full = min(self.batch_size, self.claim_limit * 2)
+                full = min(self.claim_size, self.claim_limit * 2)
                 self.claim_limit = full if result.full else FIRST_CLAIM
                 if once:
                     if not result.full:
@@ -232,9 +232,9 @@ class DelayWorker:
             reaping = deadline <= started or started - reaped_at >= REAP_AT_LEAST_EVERY
             calls: list[ScriptCall[Any]] = []
             if reaping:
-                calls.append(reported.reap(keys, limit=self.batch_size, max_attempts=attempts))
+                calls.append(reported.reap(keys, limit=self.claim_size, max_attempts=attempts))
             calls.append(
-                transitions.claim(
+                reported.claim(
                     keys,
                     limit=self.claim_limit,
                     visibility_ms=self.visibility_ms,
@@ -258,7 +258,6 @@ class DelayWorker:
         self.clock.observe(claim.now_ms, replied)
         seen = len(claim.jobs) + claim.held + len(claim.expired)  # (held, expired: seen too)
         result.full = result.full or seen >= self.claim_limit
-        limit_events.claimed(queue, claim.expired, claim.held)
         # The next job is claimed ahead_ms before it is due.
         next_claim = None if claim.next_due_ms is None else claim.next_due_ms - self.ahead_ms
         points = [
@@ -360,7 +359,7 @@ class DelayWorker:
             with redis_errors():
                 self._refresh_queues()
                 self.schedule_queues = periodic.queues_with_schedules(self.queues)
-            registry.record_heartbeat(self.id, self.queues, self.dispatched)
+            roster.record_heartbeat(self.id, self.queues, self.dispatched)
         except DelayQueueError as exc:
             logger.error("heartbeat failed: %s", exc)
         # the hand-off forms' watch, also when no pass dispatches (worker/handoff.py)
@@ -373,7 +372,7 @@ class DelayWorker:
 
     def _goodbye(self) -> None:
         try:
-            registry.remove_worker(self.id)
+            roster.remove_worker(self.id)
         except (RedisUnavailable, OSError):
             pass  # the heartbeat key expires on its own
         self.close()

@@ -25,9 +25,11 @@ from kombu.entity import maybe_delivery_mode
 from kombu.exceptions import OperationalError
 
 from delayqueue.wire import RUN_BATCH
-from delayqueue.worker.publishing import PublishError, SendTaskPublisher, TaskMessage
+from delayqueue.worker.publisher import PublishError, SendTaskPublisher, TaskMessage
 
-logger = logging.getLogger("delayqueue.worker.publishers")  # where these lines were always logged
+logger = logging.getLogger(
+    "delayqueue.worker.publisher_choice"
+)  # where these lines were always logged
 
 REDIS_SCHEMES = ("redis", "rediss", "sentinel")  # kombu's Redis transports
 

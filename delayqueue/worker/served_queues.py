@@ -1,5 +1,5 @@
 """Which queues a delay worker started without ``--queues`` serves: every queue in Redis's
-queue registry (engine/registry.py) and every queue a ``@delayed_task`` of its Celery app
+queue registry (engine/roster.py) and every queue a ``@delayed_task`` of its Celery app
 declares, each with its shards. Read again at every heartbeat, so a queue first used after
 the worker started is served within seconds."""
 
@@ -10,7 +10,7 @@ import logging
 from celery import Celery
 
 from delayqueue.conf import get_settings
-from delayqueue.engine import registry
+from delayqueue.engine import roster
 from delayqueue.engine.shards import shard_names
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.wire import declared_queue, is_delayed_task
@@ -31,11 +31,11 @@ def served_queues(app: Celery) -> list[str]:
 
 
 def _known_queue_names() -> list[str]:
-    """The registry of queues (engine/registry.py), its entries that are no queue name or a
+    """The registry of queues (engine/roster.py), its entries that are no queue name or a
     registry of the wrong type said once at ERROR: then only the tasks' queues are served."""
     notes: list[str] = []
     try:
-        found = registry.queue_names(notes)
+        found = roster.queue_names(notes)
     except RedisUnavailable:
         raise
     except DelayQueueError as exc:

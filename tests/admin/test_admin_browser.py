@@ -24,8 +24,8 @@ from playwright.sync_api import (
 
 from delayqueue.engine import schedules as engine_schedules
 from delayqueue.engine.keys import queue_keys
+from delayqueue.periodic import declarations, planner
 from delayqueue.periodic import declare as declaring
-from delayqueue.periodic import planner, registry
 from delayqueue.services import schedules as schedule_service
 from tests.support import jobs
 from tests.support.processes import ROOT
@@ -273,7 +273,7 @@ def test_the_schedules_page_fits_1280_pixels_with_every_column_visible(
     """At 1280x800 with the sidebar open, the Schedules page shows every column, the state
     and the actions included, inside the window, however long the names, rules and time
     zones; each of the next runs is one line; the admin index leads to the page."""
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
     long_name = "customer-invoice-reminders-for-every-tenant-of-the-eu-region-on-weekdays"
     declared: list[tuple[str, dict[str, Any]]] = [
         (long_name, {"cron": "30 6 * * 1-5", "timezone": "America/Argentina/Buenos_Aires"}),
@@ -284,7 +284,7 @@ def test_the_schedules_page_fits_1280_pixels_with_every_column_visible(
     for name, rule in declared:
         build = declaring._builder(task, (name, 0), None, "tests")
         rule = {"cron": None, "every": None, "timezone": None, **rule}
-        registry.add(
+        declarations.add(
             declaring._declared(name, task, missed="once", source="code", build=build, **rule)
         )
     planner.reconcile()

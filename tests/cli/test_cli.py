@@ -25,7 +25,7 @@ from delayqueue import enqueue
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import global_keys, queue_keys
-from delayqueue.producer.client import Job
+from delayqueue.producer.api import Job
 from delayqueue.services import operations
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs

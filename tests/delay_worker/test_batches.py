@@ -161,7 +161,7 @@ def test_automatic_batches_under_a_backlog_only_and_never_with_limits(
     jobs.record.delay_many([(f"many{i}",) for i in range(count)], seconds=0, on_commit=False)
     jobs.limited.delay_many([(f"lim{i}",) for i in range(count)], seconds=0, on_commit=False)
     jobs.unbatched.delay_many([(f"one{i}",) for i in range(count)], seconds=0, on_commit=False)
-    DelayWorker(["tests"], celery_app=parked_celery, batch_size=1_000).run_pass()
+    DelayWorker(["tests"], celery_app=parked_celery, claim_size=1_000).run_pass()
     messages = published()
     batches = [m for m in messages if m["task"] == RUN_BATCH]
     assert {m["args"][1] for m in batches} == {"tests.support.jobs.record"}
@@ -188,7 +188,7 @@ def test_a_batch_message_of_an_unknown_task_runs_nothing(parked_celery: Celery) 
 def test_the_worker_readies_the_publisher_for_every_delayed_task_before_the_first_job(
     parked_celery: Celery,
 ) -> None:
-    from delayqueue.worker.publishers import RedisListPublisher
+    from delayqueue.worker.publisher_choice import RedisListPublisher
 
     worker = DelayWorker(["tests"], celery_app=parked_celery)
     publisher = worker.dispatcher.publisher

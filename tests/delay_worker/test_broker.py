@@ -18,7 +18,7 @@ from kombu import Exchange, Queue
 import delayqueue
 from delayqueue.engine.keys import current_minute, queue_keys
 from delayqueue.worker.loop import DelayWorker
-from delayqueue.worker.publishers import (
+from delayqueue.worker.publisher_choice import (
     PublishError,
     RedisListPublisher,
     SendTaskPublisher,

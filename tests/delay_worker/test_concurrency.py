@@ -105,7 +105,7 @@ def test_a_bad_concurrency_on_the_command_line_says_what_is_wanted() -> None:
     ("options", "message"),
     [
         ({"queues": "tests,no spaces"}, "queue name 'no spaces'"),
-        ({"batch_size": 0}, "--batch-size"),
+        ({"claim_size": 0}, "--claim-size"),
         ({"metrics_port": 70000}, "not a TCP port"),
     ],
 )
@@ -119,7 +119,7 @@ def test_bad_options_fail_before_any_loop_starts(options: dict[str, object], mes
 def test_three_loops_are_three_workers_and_run_every_job_once(
     celery_worker: Process, delay_worker: Callable[..., Process], r: redis.Redis
 ) -> None:
-    supervisor, pids = start_loops(delay_worker, r, 3, "--batch-size", "20")
+    supervisor, pids = start_loops(delay_worker, r, 3, "--claim-size", "20")
     assert len(pids) == 3 and supervisor.pid not in pids
     assert children_of(supervisor.pid) == pids  # the registered workers are its children
     run_once_each(r, 150, "c")
@@ -201,7 +201,7 @@ def test_once_drains_with_every_loop_then_the_command_exits(
     specs = [delayqueue.spec(jobs.record, [f"o{i}"], delay=0) for i in range(count)]
     delayqueue.delay_many(specs)
     command = [sys.executable, "manage.py", "run_delay_worker", "-v", "2", "--queues", "tests",
-               "--concurrency", "2", "--once", "--batch-size", "10"]  # fmt: skip
+               "--concurrency", "2", "--once", "--claim-size", "10"]  # fmt: skip
     supervisor = Process("delay worker", command, tmp_path / "once.log", child_env())
     try:
         code = supervisor.popen.wait(START)
@@ -226,7 +226,7 @@ def test_metrics_port_serves_the_sum_of_the_loops(
     celery_worker: Process, delay_worker: Callable[..., Process], r: redis.Redis
 ) -> None:
     port = free_port()
-    start_loops(delay_worker, r, 2, "--metrics-port", str(port), "--batch-size", "5")
+    start_loops(delay_worker, r, 2, "--metrics-port", str(port), "--claim-size", "5")
     run_once_each(r, 60, "m")
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()

@@ -139,8 +139,8 @@ def test_delay_worker_killed_after_claiming_loses_nothing(celery_worker, delay_w
 
 
 def test_two_delay_workers_run_every_job_once(celery_worker, delay_worker, r):
-    delay_worker("--queues", "tests", "--batch-size", "20")
-    delay_worker("--queues", "tests", "--batch-size", "20")
+    delay_worker("--queues", "tests", "--claim-size", "20")
+    delay_worker("--queues", "tests", "--claim-size", "20")
     count = 300
     specs = [delayqueue.spec(jobs.record, [f"j{i}"], delay=0.5 + i / count) for i in range(count)]
     delayqueue.delay_many(specs)

@@ -186,7 +186,7 @@ def test_once_drains_every_due_job(r: redis.Redis, parked: Celery) -> None:
     # One message per job (batch=1): nobody consumes the parked broker, so after a few
     # messages the worker would find the Celery side behind and batch the rest.
     jobs.unbatched.delay_many([(f"j{i}",) for i in range(25)], seconds=0, on_commit=False)
-    DelayWorker(["tests"], batch_size=10, celery_app=parked).run(once=True)
+    DelayWorker(["tests"], claim_size=10, celery_app=parked).run(once=True)
     assert r.zcard(Q.scheduled) == 0 and r.zcard(Q.inflight) == 25
     assert broker().llen(BROKER_QUEUE) == 25
 
@@ -200,11 +200,22 @@ def test_once_command(r: redis.Redis) -> None:
     assert stats["dispatched"] == "5"
 
 
+def test_the_old_name_of_claim_size_still_works_and_says_it_is_renamed(
+    r: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs.record.delay_many([(f"j{i}",) for i in range(3)], seconds=0, on_commit=False)
+    call_command("run_delay_worker", "--queues", "tests", "--batch-size", "2", "--once")
+    assert "--batch-size is renamed --claim-size" in capsys.readouterr().err
+    assert r.zcard(Q.scheduled) == 0  # every due job went
+    with pytest.raises(CommandError, match="--claim-size"):
+        call_command("run_delay_worker", "--batch-size", "0", "--once")
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         (["--queues", "bad name"], "queue name"),
-        (["--batch-size", "0"], "--batch-size"),
+        (["--claim-size", "0"], "--claim-size"),
         (["--visibility-timeout", "-1"], "--visibility-timeout"),
     ],
 )

@@ -1,5 +1,5 @@
 """The records the engine hands out (``record.StoredJob``, ``schedule_record.ScheduleRecord``,
-``registry.WorkerRecord``, ``task_results.StoredTaskResult``): each is decoded once, in the
+``roster.WorkerRecord``, ``task_results.StoredTaskResult``): each is decoded once, in the
 engine, from whatever Redis holds; a field that is not what it should be reads as None (or
 0 for a count), never as an exception in the page, command or planner that reads it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import redis
 
-from delayqueue.engine import record, registry, schedules, task_results
+from delayqueue.engine import record, roster, schedules, task_results
 from delayqueue.engine.clients import get_raw_redis
 from delayqueue.engine.keys import (
     JobField,
@@ -90,7 +90,7 @@ def test_a_worker_record_reads_a_beat_that_is_no_number_as_none(r: redis.Redis) 
                                                   WorkerField.BEAT: "later",
                                                   WorkerField.DISPATCHED: "12",
                                                   WorkerField.QUEUES: "a,b"})  # fmt: skip
-    w2, w1 = registry.worker_entries(10)
+    w2, w1 = roster.worker_entries(10)
     assert w2.id == "w2" and w2.gone  # its hash expired
     assert w1.host == NOT_UTF8.decode("utf-8", "backslashreplace") and w1.beat_ms is None
     assert w1.dispatched == 12 and w1.queues == "a,b" and w1.listed_ms == 1_000

@@ -148,3 +148,61 @@ def test_the_celery_side_does_not_run_a_job_put_back_at_its_start(
          "queue": limit_tasks.QUEUE, "count": 1}
     ]  # fmt: skip
     assert any("over its rate at its start" in rec.getMessage() for rec in caplog.records)
+
+
+def test_a_begin_counts_the_job_at_a_horizon_only_while_the_window_is_far_from_its_rate(
+    r: redis.Redis,
+) -> None:
+    for i in range(3):
+        limit_tasks.rated.delay_for(f"h{i}", seconds=0, on_commit=False)  # 5/s
+    first, *rest = claim().jobs
+    log = state(limit_tasks.rated.name, ":r")
+
+    def begin_batched(job: transitions.ClaimedJob, after: int) -> transitions.Begun:
+        call = transitions.begin(
+            Q, job.id.decode(), text(job.token), visibility_ms=30_000, horizon_ms=60_000,
+            after=after,
+        )  # fmt: skip
+        return run(call)
+
+    # 3 starts in the window, none more to come: at most half the rate (5) is 2, so no horizon
+    near = begin_batched(first, 0)
+    assert near.run and near.counted_ms is not None and near.now_us is not None
+    assert near.counted_ms == max(near.now_us // 1000, near.counted_ms)
+    assert near.counted_ms - near.now_us // 1000 <= 1
+    assert r.zscore(log, f"{first.id.decode()}:{text(first.token)}") == near.counted_ms
+
+    # With a window far from its rate: counted at the horizon (a tenth of the window, 100
+    # ms), the entry marked by its half ms; a resent begin keeps it.
+    r.delete(log)
+    roomy = begin_batched(rest[0], 1)  # itself and one more: 2 starts of 5
+    assert roomy.run and roomy.counted_ms is not None and roomy.now_us is not None
+    assert roomy.counted_ms == roomy.now_us // 1000 + 100
+    member = f"{rest[0].id.decode()}:{text(rest[0].token)}"
+    assert r.zscore(log, member) == roomy.counted_ms + 0.5
+    again = begin_batched(rest[0], 3)  # (now too near the rate for a horizon of its own)
+    assert again.counted_ms == roomy.counted_ms and r.zscore(log, member) == roomy.counted_ms + 0.5
+
+
+def test_a_batch_far_from_its_rate_begins_each_job_once_and_starts_it_before_its_count(
+    r: redis.Redis, parked_celery: Celery
+) -> None:
+    made = limit_tasks.rated_roomy_batched.delay_many(
+        [(f"b{i}",) for i in range(4)], seconds=0, on_commit=False
+    )
+    DelayWorker([limit_tasks.QUEUE], celery_app=parked_celery).run_pass()
+    [message] = published()
+    assert len(message["args"][2]) == 4
+    run_messages(parked_celery, [message])  # 10 ms each: all within the 100 ms horizon
+    log = state(limit_tasks.rated_roomy_batched.name, ":r")
+    scores = [r.zscore(log, f"{entry[0]}:{entry[1]}") for entry in message["args"][2]]
+    entries = [score for score in scores if score is not None]
+    assert len(entries) == 4 and all(score % 1 == 0.5 for score in entries)  # at the horizon
+    # one begin, in one round trip, for all four: a job begun again after the first ran (10
+    # ms) would be counted 10 ms later at least
+    assert max(entries) - min(entries) < 10
+    runs = limit_tasks.runs("rated_roomy_batched")
+    assert sorted(str(run["tag"]) for run in runs) == sorted(f"b{i}" for i in range(4))
+    assert len(made) == 4
+    # each started (Redis's clock, read by the task) no later than the instant counted
+    assert all(float(str(run["redis_start"])) * 1000 <= min(entries) for run in runs)

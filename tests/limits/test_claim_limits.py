@@ -114,3 +114,59 @@ def test_a_job_claimed_ahead_counts_at_its_due_time(r: redis.Redis) -> None:
     assert len(result.jobs) == 5 and result.held == 1
     log = scores(r, state(limit_tasks.rated.name, ":r"))
     assert all(score >= result.now_ms + 300 for score in log)  # at their due times
+
+
+def most_in_a_window(times: list[float], window: float) -> int:
+    ordered, best, low = sorted(times), 0, 0
+    for high, t in enumerate(ordered):
+        while ordered[low] <= t - window:
+            low += 1
+        best = max(best, high - low + 1)
+    return best
+
+
+def test_a_burst_held_over_several_claims_is_spread_at_the_rate_not_piled_on_one_window(
+    r: redis.Redis,
+) -> None:
+    # 40 due at once, claimed 10 at a time (a worker's batch): each claim holds back what the
+    # rate does not allow. Every job held goes after those earlier claims held, so the due
+    # times hold at most the rate in any window: no claim finds the whole backlog due again
+    # at the next window and moves it once more (a claim's work would grow with the
+    # backlog, once per window: the BUSY script a bench saw at 100/s).
+    for i in range(40):
+        limit_tasks.rated.delay_for(f"j{i}", seconds=0, on_commit=False)  # 5/s
+    claims = [claim(limit=10) for _ in range(5)]
+    assert [len(c.jobs) for c in claims] == [5, 0, 0, 0, 0]
+    assert sum(c.held for c in claims) == 35 and r.zcard(Q.scheduled) == 35
+    dues = scores(r, Q.scheduled)
+    assert most_in_a_window(dues, 1000) <= 5
+    now = claims[0].now_ms
+    assert now + 1000 <= dues[0] and dues[-1] <= now + 7000 + 100  # 7 windows, no gap
+    held = state(limit_tasks.rated.name, ":d")
+    assert r.zcard(held) == 35 and 0 < r.pttl(held) <= 8200  # idle state expires
+
+    # A job held again (its room taken by a start later than its claim counted) goes to the
+    # first room, ahead of the jobs still waiting, not after them.
+    log = state(limit_tasks.rated.name, ":r")
+    first = str(r.zrange(Q.scheduled, 0, 0)[0])
+    r.zadd(Q.scheduled, {first: now})
+    r.zadd(log, {f"late{i}:1": dues[0] for i in range(5)})  # the window is full again
+    again = claim(limit=1)
+    assert again.jobs == [] and again.held == 1
+    assert (r.zscore(Q.scheduled, first) or 0) <= dues[0] + 1000 + 10
+
+
+def test_a_held_job_claimed_ahead_of_its_room_is_claimed_not_held_again(r: redis.Redis) -> None:
+    # The window is full now, but the held jobs' due times are where it has room: a worker
+    # claiming ahead of them (DISPATCH_AHEAD) counts the window up to their due times and
+    # claims them, instead of holding them again at the same instant at every pass.
+    for i in range(10):
+        limit_tasks.rated.delay_for(f"j{i}", seconds=0, on_commit=False)  # 5/s
+    first = claim()
+    assert len(first.jobs) == 5 and first.held == 5
+    dues = scores(r, Q.scheduled)
+    ahead = claim(ahead_ms=1000)
+    assert len(ahead.jobs) == 5 and ahead.held == 0
+    assert sorted(int(job.due_ms or 0) for job in ahead.jobs) == dues
+    log = scores(r, state(limit_tasks.rated.name, ":r"))
+    assert most_in_a_window(log, 1000) <= 5 and log[-5:] == dues  # counted at their dues

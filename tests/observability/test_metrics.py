@@ -295,7 +295,7 @@ def test_a_process_serving_no_metrics_counts_nothing(tmp_path: Path, multiproces
     receiver (sending costs nothing); in multiprocess mode every process counts."""
     extra = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)} if multiprocess else {}
     code = (
-        "import django; django.setup(); import delayqueue.producer.client, delayqueue.worker.loop; "
+        "import django; django.setup(); import delayqueue.producer.api, delayqueue.worker.loop; "
         "from delayqueue import signals; "
         "print(sum(len(s.receivers) for s in signals.ALL.values()))"
     )

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-from django.dispatch import Signal
 
 import delayqueue
 from delayqueue import signals
@@ -21,38 +20,15 @@ from delayqueue.celery_app import get_celery_app
 from delayqueue.engine.keys import new_job_id, queue_keys
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
+from tests.support.recording import Recorder, recording
 
 Q = queue_keys("tests")
 
 
-class Recorder:
-    """Every signal of delayqueue.signals, as (name, sender, kwargs)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, Any, dict[str, Any]]] = []
-        self.receivers = {name: self._receiver(name) for name in signals.ALL}
-
-    def _receiver(self, name: str) -> Any:
-        def receive(*, signal: Signal, sender: Any, **kwargs: Any) -> None:
-            self.sent.append((name, sender, kwargs))
-
-        return receive
-
-    def of(self, name: str) -> list[dict[str, Any]]:
-        return [kwargs for sent, _, kwargs in self.sent if sent == name]
-
-    def senders(self, name: str) -> set[Any]:
-        return {sender for sent, sender, _ in self.sent if sent == name}
-
-
 @pytest.fixture
 def recorder() -> Iterator[Recorder]:
-    recorder = Recorder()
-    for name, receiver in recorder.receivers.items():
-        signals.ALL[name].connect(receiver)
-    yield recorder
-    for name, receiver in recorder.receivers.items():
-        signals.ALL[name].disconnect(receiver)
+    with recording() as recorder:
+        yield recorder
 
 
 def claim(parked: Celery) -> Any:

@@ -20,8 +20,8 @@ from django.core.management.base import CommandError
 
 import delayqueue
 from delayqueue.engine.keys import ScheduleField, queue_keys
+from delayqueue.periodic import declarations, planner
 from delayqueue.periodic import declare as declaring
-from delayqueue.periodic import planner, registry
 from delayqueue.services import schedules as schedule_service
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
@@ -38,11 +38,11 @@ HOUR = 3_600_000
 @pytest.fixture
 def good(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
     """Declare (in code, for this test alone) and plan a good every-minute schedule."""
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
 
     def add(name: str) -> None:
         build = declaring._builder(RECORD, (name,), None, Q)
-        registry.add(
+        declarations.add(
             declaring._declared(name, RECORD, cron=None, every=60, timezone=None,
                                 missed="once", source="code", build=build)
         )  # fmt: skip

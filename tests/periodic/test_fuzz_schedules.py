@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 import delayqueue
 from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import ScheduleField, queue_keys
+from delayqueue.periodic import declarations, planner
 from delayqueue.periodic import declare as declaring
-from delayqueue.periodic import planner, registry
 from delayqueue.services import schedules as schedule_service
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
@@ -105,7 +105,7 @@ CORRUPTIONS = st.one_of(
 @pytest.fixture
 def declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Four schedules declared in code for this test alone."""
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
     rules: list[tuple[str, dict[str, Any]]] = [
         ("every", {"every": 60}),
         ("cron", {"cron": "*/5 * * * *", "timezone": "Europe/Berlin", "missed": "all"}),
@@ -114,7 +114,7 @@ def declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     ]
     for name, rule in rules:
         build = declaring._builder(RECORD, (name,), None, Q)
-        registry.add(
+        declarations.add(
             declaring._declared(name, RECORD, cron=rule.get("cron"), every=rule.get("every"),
                                 timezone=rule.get("timezone"), missed=rule.get("missed", "once"),
                                 source="code", build=build)

@@ -13,7 +13,7 @@ from django.test import override_settings
 
 from delayqueue import periodic_task
 from delayqueue.errors import InvalidOption
-from delayqueue.periodic import registry
+from delayqueue.periodic import declarations
 
 RECORD = "tests.support.jobs.record"
 BAD_NAMES: list[Any] = [
@@ -35,7 +35,7 @@ GOOD_NAMES = ["x", "x" * 200, "nightly report (Europe/Berlin)", "rapport-été",
 
 @pytest.fixture(autouse=True)
 def no_declarations(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
 
 
 def _check_ids(schedules_setting: Any) -> set[str]:
@@ -49,7 +49,7 @@ def _check_ids(schedules_setting: Any) -> set[str]:
 def test_the_decorator_refuses_a_name_that_is_no_printable_line(name: Any) -> None:
     with pytest.raises(InvalidOption, match="printable characters on one line"):
         periodic_task(every=3600, name=name)
-    assert registry.declared() == []
+    assert declarations.declared() == []
 
 
 @pytest.mark.parametrize("name", BAD_NAMES[3:], ids=repr)  # a dict's keys: str ones
@@ -71,5 +71,5 @@ def test_both_take_the_same_good_names(index: int, name: str) -> None:
 
     hourly.__name__ = f"hourly_{index}"  # one Celery task per case
     periodic_task(every=3600, name=name, queue="periodic")(hourly)
-    [declared] = registry.declared()
+    [declared] = declarations.declared()
     assert declared.name == name

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from io import StringIO
 from typing import Any
 
@@ -24,8 +24,7 @@ from prometheus_client import REGISTRY
 from delayqueue.engine import schedules
 from delayqueue.engine.keys import JOB_ID, ScheduleField, queue_keys
 from delayqueue.engine.schedule_record import ScheduleRecord
-from delayqueue.periodic import declare as declaring
-from delayqueue.periodic import planner, registry
+from delayqueue.periodic import declarations, planner
 from delayqueue.periodic.identity import occurrence_id
 from delayqueue.services import schedules as schedule_service
 from tests.support import jobs
@@ -36,32 +35,6 @@ from tests.support.waiting import wait_for
 Q = "periodic"
 MINUTE = 60_000
 RECORD = "tests.support.jobs.record"
-
-
-@pytest.fixture
-def declare(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
-    """Declare schedules in code for one test (the registry is this test's alone)."""
-    monkeypatch.setattr(registry, "_in_code", {})
-
-    def add(
-        name: str,
-        *,
-        cron: str | None = None,
-        every: float | None = None,
-        timezone: str | None = None,
-        missed: str = "once",
-        args: tuple[Any, ...] | None = None,
-        task: str = RECORD,
-    ) -> None:
-        build = declaring._builder(task, args if args is not None else (name,), None, Q)
-        registry.add(
-            declaring._declared(
-                name, task, cron=cron, every=every, timezone=timezone, missed=missed,
-                source="code", build=build,
-            )
-        )  # fmt: skip
-
-    yield add
 
 
 def stored(name: str) -> ScheduleRecord:
@@ -118,7 +91,7 @@ def test_a_changed_rule_replans_and_removes_the_unclaimed_occurrence(
     declare("tick", every=60)
     planner.reconcile()
     old_job = stored("tick").job
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
     declare("tick", every=3600)
     assert planner.reconcile().planned == ["tick"]
     found = stored("tick")
@@ -135,7 +108,7 @@ def test_changed_arguments_replan_the_same_occurrence_with_the_new_spec(
     declare("tick", every=3600, args=("old",))
     planner.reconcile()
     job_id = str(stored("tick").job)
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
     declare("tick", every=3600, args=("new",))
     assert planner.reconcile().planned == ["tick"]
     assert stored("tick").job == job_id  # the same instant, the same job
@@ -149,7 +122,7 @@ def test_a_schedule_declared_no_more_is_removed_with_its_occurrence(
     declare("gone", every=60)
     planner.reconcile()
     job_id = str(stored("gone").job)
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
     assert planner.reconcile().removed == ["gone"]
     assert schedules.stored(Q) == []
     assert not r.exists(queue_keys(Q).schedule("gone"))
@@ -429,7 +402,7 @@ def test_periodic_task_checks_its_rule_where_it_is_declared(
     from delayqueue import periodic_task
     from delayqueue.errors import InvalidOption
 
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
     with pytest.raises(InvalidOption):
         periodic_task(cron="not a cron line")
     with pytest.raises(InvalidOption):
@@ -443,7 +416,7 @@ def test_periodic_task_checks_its_rule_where_it_is_declared(
     def half_minute() -> None:
         """A periodic task made in a test."""
 
-    [declared] = registry.declared()
+    [declared] = declarations.declared()
     assert (declared.name, declared.every_ms, declared.source) == ("half-minute", 30_000, "code")
     assert declared.task.endswith("half_minute")
     assert declared.build()[0] == Q

@@ -23,7 +23,7 @@ def test_good_settings_pass() -> None:
     [
         ({"REDIS_URL": "redis://x", "BATCH_SIZ": 10}, "delayqueue.E002"),
         ({"REDIS_URL": "http://example.com"}, "delayqueue.E003"),
-        ({"REDIS_URL": "redis://x", "BATCH_SIZE": 0}, "delayqueue.E004"),
+        ({"REDIS_URL": "redis://x", "CLAIM_SIZE": 0}, "delayqueue.E004"),
         ({"REDIS_URL": "redis://x", "MAX_DELAY": "a year"}, "delayqueue.E004"),
         ({"REDIS_URL": "redis://x", "DISPATCH_MODE": "fast"}, "delayqueue.E005"),
         ({"REDIS_URL": "redis://x/0?auth_token=abc"}, "delayqueue.E007"),
@@ -66,3 +66,17 @@ def test_a_celery_app_that_cannot_run_delayqueues_messages_is_an_error(
     celery_app: str, expected: set[str]
 ) -> None:
     assert check_ids(REDIS_URL="redis://127.0.0.1:6379/0", CELERY_APP=celery_app) == expected
+
+
+def test_a_renamed_setting_works_under_its_old_name_with_a_warning() -> None:
+    from delayqueue.conf import get_settings
+
+    with pytest.warns(DeprecationWarning):  # the settings are read by other checks too
+        assert check_ids(REDIS_URL="redis://x", BATCH_SIZE=7) == {"delayqueue.W004"}
+        assert "delayqueue.E004" in check_ids(REDIS_URL="redis://x", BATCH_SIZE=0)
+    with override_settings(DELAYQUEUE={"REDIS_URL": "redis://x", "BATCH_SIZE": 7}):
+        with pytest.warns(DeprecationWarning, match=r"\['BATCH_SIZE'\] is renamed 'CLAIM_SIZE'"):
+            assert get_settings().claim_size == 7
+    given_both = {"REDIS_URL": "redis://x", "BATCH_SIZE": 7, "CLAIM_SIZE": 9}
+    with override_settings(DELAYQUEUE=given_both), pytest.warns(DeprecationWarning):
+        assert get_settings().claim_size == 9  # the new name wins

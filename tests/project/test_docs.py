@@ -38,7 +38,7 @@ from django.utils import timezone
 import delayqueue
 from delayqueue.engine import shards
 from delayqueue.engine.keys import new_job_id, queue_keys
-from delayqueue.periodic import planner, registry
+from delayqueue.periodic import declarations, planner
 from tests.support import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,7 +172,7 @@ def project(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, types.ModuleT
     modules["shop.tasks"].report = _report  # type: ignore[attr-defined]
     modules["shop.tasks"].release_holds = _release_holds  # type: ignore[attr-defined]
     modules["billing.tasks"].charge = _charge  # type: ignore[attr-defined]
-    monkeypatch.setattr(registry, "_in_code", {})
+    monkeypatch.setattr(declarations, "_in_code", {})
     monkeypatch.setattr(shards, "_declared", {})
     yield modules
 
@@ -302,7 +302,7 @@ def run_page(page: str, project: dict[str, types.ModuleType]) -> list[str]:
                 )
             check_settings(sample, namespace)
             ran.append(str(sample))
-    declared = [item.name for item in registry.declared()]
+    declared = [item.name for item in declarations.declared()]
     if declared:  # the page's periodic tasks plan, each once
         result = planner.reconcile()
         assert result.failed == {}, result.failed

@@ -19,7 +19,7 @@ from delayqueue.engine import direct as direct_path
 from delayqueue.engine import execution, transitions
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import RedisUnavailable
-from delayqueue.producer import client as queue
+from delayqueue.producer import api as queue
 from delayqueue.producer import writes
 from tests.support import jobs
 from tests.support.data_redis import command_calls, only_on

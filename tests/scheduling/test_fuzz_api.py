@@ -26,7 +26,7 @@ import delayqueue
 from delayqueue.engine import clients as connection
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
-from delayqueue.producer.client import Job, JobSpec
+from delayqueue.producer.api import Job, JobSpec
 from delayqueue.wire import encode_args
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs

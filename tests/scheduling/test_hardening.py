@@ -182,8 +182,8 @@ def test_visibility_timeout_settings_and_flags_use_the_same_bounds() -> None:
         assert "delayqueue.E004" in {m.id for m in run_checks()}
     with pytest.raises(CommandError, match="--visibility-timeout"):
         call_command("run_delay_worker", "--once", "--visibility-timeout", "1e300")
-    with pytest.raises(CommandError, match="--batch-size"):
-        call_command("run_delay_worker", "--once", "--batch-size", "0")
+    with pytest.raises(CommandError, match="--claim-size"):
+        call_command("run_delay_worker", "--once", "--claim-size", "0")
 
 
 def test_a_small_visibility_timeout_is_stored_in_whole_ms(r: redis.Redis) -> None:

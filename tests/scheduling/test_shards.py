@@ -95,7 +95,7 @@ def test_a_worker_on_the_queue_claims_every_shard_and_a_pinned_one_its_own(
     assert pinned.queues == ["sharded~2"]
     assert {job.id for job in pinned.run_pass().claimed} == by_shard["sharded~2"]
 
-    everyone = DelayWorker(["sharded"], batch_size=3, celery_app=parked_celery)
+    everyone = DelayWorker(["sharded"], claim_size=3, celery_app=parked_celery)
     assert everyone.queues == SHARDS
     first = everyone.run_pass().claimed  # every shard gets its claim in one pass
     assert {job.queue for job in first} == {"sharded~0", "sharded~1", "sharded~3"}

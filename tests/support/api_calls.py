@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import delayqueue
 from delayqueue.engine.keys import new_job_id
-from delayqueue.producer.client import Job
+from delayqueue.producer.api import Job
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
 from tests.support.api_options import ODD, VALID, VALID_ARGS, VALID_KWARGS, task_of

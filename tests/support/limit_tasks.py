@@ -64,6 +64,12 @@ def rated_slow_batched(tag: str) -> None:
     _run("rated_slow_batched", tag, 0.03)
 
 
+@delayed_task(queue=QUEUE, rate="100/s", batch=4, max_attempts=50, visibility_timeout=3)
+def rated_roomy_batched(tag: str) -> None:
+    """A rate its batches stay far from: begun once per job (a horizon)."""
+    _run("rated_roomy_batched", tag, 0.01)
+
+
 @delayed_task(queue=QUEUE, concurrency=2, max_attempts=50, visibility_timeout=3)
 def concurrent(tag: str, seconds: float) -> None:
     _run("concurrent", tag, seconds)

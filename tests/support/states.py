@@ -12,7 +12,7 @@ from delayqueue import enqueue
 from delayqueue.engine import transitions
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import queue_keys
-from delayqueue.producer.client import Job
+from delayqueue.producer.api import Job
 from tests.support import jobs
 
 Q = "tests"

@@ -221,7 +221,7 @@ def test_failover_keeps_replicated_jobs_and_the_same_client_recovers(
 
 
 def _claim(app: Celery) -> list[Any]:
-    worker = DelayWorker(["tests"], batch_size=100, celery_app=app)
+    worker = DelayWorker(["tests"], claim_size=100, celery_app=app)
     try:
         return list(worker.run_pass().claimed)
     except DelayQueueError:

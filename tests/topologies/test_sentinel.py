@@ -151,7 +151,7 @@ def test_a_celery_broker_on_sentinel_receives_the_dispatch(
     sentinel-managed client, a message Celery reads as its own."""
     import json
 
-    from delayqueue.worker.publishers import RedisListPublisher
+    from delayqueue.worker.publisher_choice import RedisListPublisher
     from tests.support.celery_apps import celery_app_on
 
     monkeypatch.delenv("CELERY_BROKER_URL")
@@ -283,7 +283,7 @@ def _reason(exc: Exception) -> str:
 
 def _claim(app: Celery) -> list[Any]:
     """One worker pass; its claims, or [] when Redis failed it (the loop would retry)."""
-    worker = DelayWorker(["tests"], batch_size=100, celery_app=app)
+    worker = DelayWorker(["tests"], claim_size=100, celery_app=app)
     try:
         return list(worker.run_pass().claimed)
     except DelayQueueError:

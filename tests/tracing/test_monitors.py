@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from delayqueue.conf import get_settings
 from delayqueue.integrations.sentry_crons import monitor_config
-from delayqueue.periodic.registry import Declared
+from delayqueue.periodic.declarations import Declared
 from tests.support import jobs
 from tests.support.telemetry import SentryEndpoint
 from tests.support.waiting import wait_for

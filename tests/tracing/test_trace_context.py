@@ -29,7 +29,7 @@ from delayqueue.integrations.trace_context import (
     trace_id,
 )
 from delayqueue.periodic import declare
-from delayqueue.periodic.registry import check_monitor
+from delayqueue.periodic.declarations import check_monitor
 from tests.support import jobs
 from tests.support import tasks_framework as django_tasks
 from tests.support.admin_pages import text, url
@@ -208,6 +208,33 @@ def test_context_mode_keeps_the_active_spans_context_with_no_span_of_its_own(
     assert [s.name for s in spans_here.get_finished_spans()] == ["request"]
 
 
+@pytest.mark.parametrize("scheduling", ["context", "span"])
+def test_the_kept_context_carries_the_tracestate_when_there_is_a_valid_one(
+    r: redis.Redis, spans_here: InMemorySpanExporter, scheduling: str
+) -> None:
+    """A caller's tracestate (an incoming request's, say) goes with the job in either mode;
+    one past W3C's 512 characters is left out, the traceparent kept."""
+    from django.test import override_settings
+
+    def under(state: trace.TraceState) -> str:
+        caller = trace.SpanContext(
+            0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True,
+            trace_flags=trace.TraceFlags(1), trace_state=state,
+        )  # fmt: skip
+        mode = {**settings.DELAYQUEUE, "TRACE_SCHEDULING": scheduling}
+        with override_settings(DELAYQUEUE=mode):
+            with trace.use_span(trace.NonRecordingSpan(caller)):
+                job = jobs.record.delay_for("state", seconds=60)
+        kept = _stored_trace(r, job.id)
+        assert kept is not None and kept[3:35] == PARENT[3:35]
+        if scheduling == "context":
+            assert kept[:55] == PARENT
+        return kept[56:]
+
+    assert under(trace.TraceState([("rojo", "00f067aa0ba902b7")])) == "rojo=00f067aa0ba902b7"
+    assert under(trace.TraceState([("k", "v" * 250), ("l", "w" * 250), ("m", "x" * 30)])) == ""
+
+
 DEMO_CONSOLE = """
 import django
 django.setup()
@@ -215,7 +242,7 @@ from django.test import RequestFactory
 from orders_demo.tracing import request_spans
 from tests.support import jobs
 view = request_spans(lambda request: jobs.record.delay_for("demo", seconds=60))
-view(RequestFactory().post("/orders/"))
+print("job", view(RequestFactory().post("/orders/")).id)
 """
 
 
@@ -231,6 +258,9 @@ def test_the_demo_prints_its_spans_with_trace_to_console(r: redis.Redis) -> None
     assert done.returncode == 0, done.stderr
     spans = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     request = next(s for s in spans if s["name"] == "POST /orders/")
-    create = next(s for s in spans if s["name"] == "create tests")
-    assert create["parent_id"] == request["context"]["span_id"]
-    assert create["attributes"]["messaging.system"] == "delayqueue"
+    # (TRACE_SCHEDULING="context", the default: the job keeps the request span's context)
+    [job_id] = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("job ")]
+    stored = _stored_trace(r, job_id)
+    assert stored is not None
+    assert stored[3:35] == request["context"]["trace_id"].removeprefix("0x")
+    assert stored[36:52] == request["context"]["span_id"].removeprefix("0x")

@@ -5,10 +5,12 @@ worker and a real Celery worker, each writing its spans (tests/support/telemetry
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
+from django.conf import settings
+from django.test import override_settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -51,31 +53,43 @@ def _plant(trace_line: str) -> str:
     return job_id
 
 
-@pytest.mark.parametrize("celery_instrumented", [False, True], ids=["celery-plain", "celery-otel"])
+@pytest.mark.parametrize(
+    ("celery_instrumented", "scheduling"),
+    [(False, "context"), (True, "context"), (True, "span")],
+    ids=["celery-plain", "celery-otel", "celery-otel-create-spans"],
+)
 def test_one_trace_from_the_scheduling_span_to_every_attempt(
     r: redis.Redis,
     spans_here: InMemorySpanExporter,
     traced_workers: Callable[..., Any],
     celery_instrumented: bool,
+    scheduling: str,
 ) -> None:
     workers = traced_workers(celery_instrumented)
     tracer = trace.get_tracer("tests")
-    with tracer.start_as_current_span("POST /orders") as request_span:
-        ok = jobs.record.delay_for("traced-ok", seconds=0.3)
-        bad = jobs.always_fails.delay_for("traced-bad", seconds=0.3)
-        batch = [jobs.batched.delay_for(f"traced-b{i}", seconds=0.3) for i in range(5)]
-    untraced = jobs.record.delay_for("untraced", seconds=0.3)
+    with override_settings(DELAYQUEUE={**settings.DELAYQUEUE, "TRACE_SCHEDULING": scheduling}):
+        with tracer.start_as_current_span("POST /orders") as request_span:
+            ok = jobs.record.delay_for("traced-ok", seconds=0.3)
+            bad = jobs.always_fails.delay_for("traced-bad", seconds=0.3)
+            batch = [jobs.batched.delay_for(f"traced-b{i}", seconds=0.3) for i in range(5)]
+        untraced = jobs.record.delay_for("untraced", seconds=0.3)
     request_trace = f"{request_span.get_span_context().trace_id:032x}"
+    traced = {ok.id, bad.id, *(job.id for job in batch)}
 
-    # The scheduling spans: a PRODUCER "create" span per job, a child of the request's,
-    # whose context the job keeps (the untraced job keeps none, and its spec no byte of it).
-    created = {
-        dict(s.attributes or {})["messaging.message.id"]: s
+    # The scheduling: with TRACE_SCHEDULING="span", a PRODUCER "create" span per job, a
+    # child of the request's, whose context the job keeps; with "context" (the default), no
+    # span, the job keeps the request span's own context. The untraced job keeps none, and
+    # its spec no byte of it.
+    created: dict[str, ReadableSpan] = {
+        str(dict(s.attributes or {})["messaging.message.id"]): s
         for s in spans_here.get_finished_spans()
         if s.name == "create tests"
     }
-    assert set(created) == {ok.id, bad.id, *(job.id for job in batch)}
-    for made in created.values():
+    if scheduling == "context":
+        assert created == {}
+        created = {job_id: cast(ReadableSpan, request_span) for job_id in traced}
+    assert set(created) == traced
+    for made in created.values() if scheduling == "span" else []:
         attributes = dict(made.attributes or {})
         assert made.kind is trace.SpanKind.PRODUCER
         assert made.parent is not None
@@ -85,6 +99,7 @@ def test_one_trace_from_the_scheduling_span_to_every_attempt(
         assert attributes["messaging.operation.type"] == "create"
     specs = packed_specs(r, Q)
     assert trace_id(specs[ok.id].split("\n")[5]) == request_trace
+    assert specs[ok.id].split("\n")[5][36:52] == _span_id(created[ok.id])
     assert specs[untraced.id].count("\n") == 5  # six fields: nothing stored
 
     # Planted contexts: malformed, oversized, a bad tracestate beside a good traceparent.
@@ -129,8 +144,9 @@ def test_one_trace_from_the_scheduling_span_to_every_attempt(
 
     # Where each sits: a job of its own message inside Celery's own task span when Celery's
     # instrumentation is on (it read the traceparent header, in the job's trace), else right
-    # under the scheduling span; a batch's jobs under their own scheduling spans, beside Celery's
-    # span of the batch (a link to it).
+    # under the scheduling span (the create span, or the request's with "context"); a
+    # batch's jobs under their own scheduling spans, beside Celery's span of the batch (a
+    # link to it).
     celery_runs = [s for s in spans if s["name"].startswith("run/")]
     for span in [ok_span, *bad_spans]:
         job_id = span["attributes"]["messaging.message.id"]

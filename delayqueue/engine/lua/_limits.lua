@@ -11,6 +11,7 @@
 --             rate, no entry older than a window kept (PEXPIRE: a window after its last)
 --   :c  zset  id -> its visibility deadline: the jobs holding a slot of the concurrency
 --   :w  zset  id -> ms it began to wait: jobs over the concurrency, woken one per freed slot
+--   :d  zset  id -> the ms it is due again: jobs the rate held back (defer_until)
 -- A limit nobody uses expires with its keys.
 -- #include _bounds.lua
 
@@ -55,9 +56,36 @@ local function keep_for(k, ms)
   redis.call('PEXPIRE', k, ms, 'GT')
 end
 
+-- Writes what admit counted for limit `base` (all of them when `base` is nil).
+local function flush_limits(gate, base)
+  for name, state in pairs(gate) do
+    if not base or name == base then
+      if #state.log > 0 then
+        for i = 1, #state.log, 2000 do
+          redis.call('ZADD', name .. ':r', unpack(state.log, i, math.min(#state.log, i + 1999)))
+        end
+        keep_for(name .. ':r', state.log_ms)
+        state.log = {}
+      end
+      if not base and (state.held_ms or 0) > 0 then  -- (once, at the claim's end)
+        keep_for(name .. ':d', state.held_ms)
+        state.held_ms = 0
+      end
+      if #state.slots > 0 then
+        for i = 1, #state.slots, 2000 do
+          redis.call('ZADD', name .. ':c',
+                     unpack(state.slots, i, math.min(#state.slots, i + 1999)))
+        end
+        keep_for(name .. ':c', state.slots_ms)
+        state.slots = {}
+      end
+    end
+  end
+end
+
 -- Whether one more job of limit `l` may start at `at` (>= now; the ms it will start): its
--- rate's log holds fewer than `rate` starts after now - window (no later start exists but
--- ones claimed ahead, which count too, so every window holding `at` stays within the rate),
+-- rate's log holds fewer than `rate` starts after at - window (later starts included: ones
+-- claimed ahead count too, so every window holding `at` stays within the rate),
 -- and fewer than `conc` jobs hold a slot. `gate` keeps per limit what one call learned and
 -- the writes it owes (flush_limits): each key is read once per call, not once per job.
 -- Returns ok, rate_full, conc_full.
@@ -78,6 +106,13 @@ local function limit_gate(gate, base, l, now, at)
     gate[base] = state
   end
   local rate_full = l.rate > 0 and state.starts >= l.rate
+  if rate_full and at > now then
+    -- Full now, but the job is claimed ahead of its due time: the window up to `at` may
+    -- have room by then (counting from now, a job held until its room opens would be
+    -- found due within `ahead` and held again at every pass until then: a spin).
+    flush_limits(gate, base)
+    rate_full = redis.call('ZCOUNT', base .. ':r', '(' .. (at - l.window), '+inf') >= l.rate
+  end
   local conc_full = l.conc > 0 and state.running >= l.conc
   return not (rate_full or conc_full), rate_full, conc_full
 end
@@ -104,49 +139,55 @@ local function admit(gate, base, l, id, token, now, at, deadline)
   end
 end
 
--- Writes what admit counted for limit `base` (all of them when `base` is nil).
-local function flush_limits(gate, base)
-  for name, state in pairs(gate) do
-    if not base or name == base then
-      if #state.log > 0 then
-        for i = 1, #state.log, 2000 do
-          redis.call('ZADD', name .. ':r', unpack(state.log, i, math.min(#state.log, i + 1999)))
-        end
-        keep_for(name .. ':r', state.log_ms)
-        state.log = {}
-      end
-      if #state.slots > 0 then
-        for i = 1, #state.slots, 2000 do
-          redis.call('ZADD', name .. ':c',
-                     unpack(state.slots, i, math.min(#state.slots, i + 1999)))
-        end
-        keep_for(name .. ':c', state.slots_ms)
-        state.slots = {}
-      end
-    end
+-- The rate's room for the `k`-th job (0 first) a limit holds back: the instant the log lets
+-- one more start, spread as the log is (each of the oldest starts in the window makes room
+-- a window later; one window later per N). `m` is the number of entries in the window; the
+-- claim pruned the log up to now - window, so the window's entries are the log's first.
+local function rate_room(log, l, now, m, k, pruned)
+  local index = m - l.rate + (k % l.rate)
+  local entry
+  if pruned then  -- by rank: O(log n), whatever the rate
+    entry = redis.call('ZRANGE', log, math.max(0, index), math.max(0, index), 'WITHSCORES')
+  else
+    entry = redis.call('ZRANGEBYSCORE', log, '(' .. (now - l.window), '+inf',
+                       'WITHSCORES', 'LIMIT', math.max(0, index), 1)
   end
+  local at = math.ceil(tonumber(entry[2]) or now)
+  return at + l.window * (1 + math.floor(k / l.rate))
 end
 
--- The ms a job over limit `l` is due again: the `gate[base].deferred`-th job this call moves
--- (0 first) goes to the instant the rate's log lets one more start, spread as the log is
--- (each of the oldest starts in the window makes room a window later), so a burst is moved
--- once, not once per window; a job over the concurrency waits in :w, due again at the
--- earliest slot's deadline (the finishing job wakes it before that: release_slot).
+-- The ms a job over limit `l` is due again. Over the rate, in a claim: the jobs the limit
+-- holds back wait in its :d zset (id -> due), and a job held for the first time goes after
+-- every job still waiting there (k counts them, across calls), so a burst is moved about
+-- once, not once per window, and a claim's work stays bounded by its batch; a job held
+-- again (its room was taken, e.g. by a start that came later than its claim) goes to the
+-- first room, before them. In begin (a put back, `gate` without `starts`), the first room.
+-- Over the concurrency, the job waits in :w, due again at the earliest slot's deadline (the
+-- finishing job wakes it before that: release_slot).
 local function defer_until(gate, base, l, id, now, rate_full, conc_full)
   flush_limits(gate, base)
   local state = gate[base]
-  local j = state.deferred
-  state.deferred = j + 1
   local due = now + 1
-  if rate_full then
-    local log = base .. ':r'
-    local m = redis.call('ZCOUNT', log, '(' .. (now - l.window), '+inf')
-    local first = m - l.rate  -- 0-based index of the start whose leaving makes room
-    local index = first + (j % l.rate)
-    local entry = redis.call('ZRANGEBYSCORE', log, '(' .. (now - l.window), '+inf',
-                             'WITHSCORES', 'LIMIT', math.max(0, index), 1)
-    local at = tonumber(entry[2]) or now
-    due = math.max(due, at + l.window * (1 + math.floor(j / l.rate)))
+  if rate_full and not state.starts then
+    local m = redis.call('ZCOUNT', base .. ':r', '(' .. (now - l.window), '+inf')
+    due = math.max(due, rate_room(base .. ':r', l, now, m, state.deferred, false))
+    state.deferred = state.deferred + 1
+  elseif rate_full then
+    local held = base .. ':d'
+    if not state.waiting then  -- the first this call holds: jobs earlier calls held
+      redis.call('ZREMRANGEBYSCORE', held, '-inf', now - l.window)
+      state.waiting, state.again, state.held_ms = redis.call('ZCOUNT', held, '(' .. now,
+                                                             '+inf'), 0, 0
+    end
+    local k
+    if redis.call('ZSCORE', held, id) then
+      k, state.again = state.again, state.again + 1
+    else
+      k, state.waiting = state.waiting, state.waiting + 1
+    end
+    due = math.max(due, rate_room(base .. ':r', l, now, state.starts, k, true))
+    redis.call('ZADD', held, math.min(due, MAX_TIME_MS), id)
+    state.held_ms = math.max(state.held_ms, due - now + l.window)
   end
   if conc_full then
     local head = redis.call('ZRANGE', base .. ':c', 0, 0, 'WITHSCORES')

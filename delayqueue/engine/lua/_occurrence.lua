@@ -1,5 +1,5 @@
--- Provides write_occurrence() and drop_occurrence(): the one scheduled job a schedule keeps
--- for its next occurrence (periodic jobs: delayqueue/periodic/).
+-- Provides write_occurrence(), drop_occurrence() and trace_occurrence(): the one scheduled
+-- job a schedule keeps for its next occurrence (periodic jobs: delayqueue/periodic/).
 -- An occurrence is an ordinary never-claimed job: its packed spec (the schedule's, the same
 -- for every occurrence) in its specs bucket, its id scored in the scheduled zset. Its id is
 -- the schedule's and the instant's (periodic/identity.py): writing it twice writes it once.
@@ -36,4 +36,24 @@ local function drop_occurrence(sched, specs, jobs, id)
   redis.pcall('HDEL', spec_bucket(specs, id), id)
   redis.call('DEL', jobs .. id)  -- (a limited occurrence's own hash: never claimed)
   return true
+end
+
+-- Gives occurrence `id`, when it was never claimed and keeps no trace context yet, the
+-- context `tc` (docs/tracing.md): in its packed spec (a seventh part), or in its own hash
+-- (a limited occurrence's) as 'tc'. Anything else (claimed, gone, a spec no build wrote, a
+-- key of another type) is left as it is.
+local function trace_occurrence(specs, jobs, id, tc)
+  if not id or id == '' or was_claimed(jobs, id) then return end
+  if redis.call('EXISTS', jobs .. id) == 1 then
+    if redis.call('HEXISTS', jobs .. id, 'task') == 1 then
+      redis.call('HSETNX', jobs .. id, 'tc', tc)
+    end
+    return
+  end
+  local bucket = spec_bucket(specs, id)
+  local spec = bucket_spec(bucket, id)
+  local parts = type(spec) == 'string' and split_spec(spec)
+  if not parts or parts[6] ~= '' then return end
+  parts[6] = tc
+  redis.call('HSET', bucket, id, table.concat(parts, '\n'))
 end

@@ -13,8 +13,15 @@
 -- ARGV[2] fencing token the dispatch carried
 -- ARGV[3] visibility timeout ms for jobs that set none of their own
 -- ARGV[4] wake channel, optional        dq:{Q}:wake (a job put back, or a waiter woken)
+-- ARGV[5] horizon ms, optional          a batch (runner/batches.py) may start the job up to
+--         this long after now without beginning it again: granted (at most a tenth of the
+--         window) only when the window, with this job and ARGV[6] more starts, holds at most
+--         half the rate (a limit far from reached: the entry counted later than the start
+--         takes room from no one), and then the job's entry is counted at the horizon's end
+--         (the latest it may start)
+-- ARGV[6] starts the batch still makes after this job, optional (default 0)
 -- Returns {1, attempt, max attempts or "", now in microseconds, 1 when the job has a rate
--- else 0} to run (Redis's clock: a job dispatched ahead of its due time is held until then
+-- else 0, the ms its start is counted at (the latest it may start; with no rate, now)} to run (Redis's clock: a job dispatched ahead of its due time is held until then
 -- by it, see attempt.hold_until_due), {0} when the token is stale (or the job's data is
 -- corrupt: it does not run, and reap or the next claim sends it to dead), {2} when the job
 -- expired before it could start (it does not run; the caller buries it as "expired"), {3,
@@ -46,23 +53,29 @@ local l = KEYS[3] and f[5] and parse_limits(f[6])
 local base = l and limit_base(KEYS[3], f[5], l)
 local log = l and l.rate > 0 and KEYS[4] and base .. ':r'
 -- (a log of another type is left to the claim, which meets it first: not checked here)
-local rated = log and (key_type(log) == 'zset' or key_type(log) == 'none')
+local log_type = log and key_type(log)
+local rated = log_type == 'zset' or log_type == 'none'
+local counted = now
 
--- The rate, checked at the start: the job's entry moves to the instant it starts (now, or
--- its due time when it was claimed ahead of it and is held until then), and the window up
--- to that instant, future starts included, may hold at most the rate with it.
+-- The rate, checked at the start. `from` is the earliest instant the job can start: now, or
+-- the due time its claim counted it at when it was claimed ahead (held until then). The
+-- window up to it, later entries included, may hold at most the rate with the job. Its
+-- entry then moves to the latest instant it may start: `from`, or with a horizon granted,
+-- `from` + horizon + 0.5 ms (the half marks an entry a begin moved ahead: begun again, the
+-- job may start now, not only at that entry).
 if rated then
-  bad = wrong_type({KEYS[4], 'zset'})
-  if bad then return bad end
   local member = id .. ':' .. ARGV[2]
-  local at = math.max(now, tonumber(redis.call('ZSCORE', log, member)) or now)
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - l.window)
-  redis.call('ZADD', log, at, member)
-  keep_for(log, at - now + l.window)
-  if redis.call('ZCOUNT', log, '(' .. (at - l.window), '+inf') > l.rate then
+  local score = tonumber(redis.call('ZSCORE', log, member))
+  local from = now
+  if score and score % 1 == 0 then from = math.max(now, score) end
+  local starts = redis.call('ZCOUNT', log, '(' .. (from - l.window), '+inf')
+  if not (score and score > from - l.window) then starts = starts + 1 end  -- with its own
+  if starts > l.rate then
+    bad = wrong_type({KEYS[4], 'zset'})  -- (checked before the first write)
+    if bad then return bad end
     redis.call('ZREM', log, member)
     local gate = {[base] = {deferred = 0, log = {}, slots = {}}}
-    local due = defer_until(gate, base, l, id, at, true, false)
+    local due = defer_until(gate, base, l, id, from, true, false)
     local set = {'hist', history_with(f[8], {at = now, attempt = attempt, outcome = 'released',
                                              detail = 'over its rate at its start'})}
     if attempt > 0 then
@@ -80,6 +93,23 @@ if rated then
     redis.call('ZREM', KEYS[2], id)
     return {3, due}
   end
+  counted = from
+  local horizon = math.min(number_in(ARGV[5] or '0', 0, MAX_VT_MS) or 0,
+                           math.floor(l.window / 10))
+  local after = number_in(ARGV[6] or '0', 0, 1e9) or 0
+  local entry = from
+  if horizon > 0 and (starts + after) * 2 <= l.rate then
+    counted = from + horizon
+    entry = counted + 0.5
+  end
+  if score and score % 1 ~= 0 and score > entry then
+    -- An earlier begin of this dispatch counted it later (a resend, or a job held until its
+    -- due time): kept, so the instant counted is never before the job's start.
+    entry, counted = score, score - 0.5
+  end
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - l.window)
+  redis.call('ZADD', log, entry, member)
+  keep_for(log, entry - now + l.window)
 end
 if l and l.conc > 0 then
   local running = base .. ':c'
@@ -90,4 +120,4 @@ end
 redis.call('ZADD', KEYS[2], 'XX', now + vt, id)
 redis.call('HSET', KEYS[1], 'began', ARGV[2])  -- this dispatch started (see reap.lua)
 redis.call('HDEL', KEYS[1], 'rp')
-return {1, attempt, f[3] or '', now_in_us, rated and 1 or 0}
+return {1, attempt, f[3] or '', now_in_us, rated and 1 or 0, counted}

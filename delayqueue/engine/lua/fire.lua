@@ -18,6 +18,8 @@
 --         it is too late to run), else ""
 -- ARGV[7] wake channel
 -- ARGV[8] wake horizon ms
+-- ARGV[9] a trace context (checked by the caller: docs/tracing.md) that the occurrence which
+--         came due keeps, when it runs, was never claimed and keeps none yet; or ""
 -- Returns {"fired", the occurrence's job id, 1 if it will run else 0} or {"moved", next ms
 -- or ""} (another worker moved it, it is paused, or it is gone).
 -- #include _now.lua
@@ -35,6 +37,9 @@ end
 local runs = 1
 if ARGV[6] == 'skip' and drop_occurrence(KEYS[3], KEYS[4], KEYS[5], f[2]) then runs = 0 end
 local missed = (tonumber(ARGV[5]) or 0) + (1 - runs)
+if runs == 1 and ARGV[9] and ARGV[9] ~= '' then
+  trace_occurrence(KEYS[4], KEYS[5], f[2], ARGV[9])
+end
 write_occurrence(KEYS[3], KEYS[4], KEYS[5], ARGV[4], f[3], due, ARGV[7], now_ms(),
                  tonumber(ARGV[8]) or 0, f[5])
 local fields = {'next', due, 'job', ARGV[4]}

@@ -19,7 +19,7 @@ from django.db import connections
 
 from delayqueue.engine.keys import check_queue_name
 from delayqueue.errors import DelayQueueError
-from delayqueue.validators import check_batch_size, check_visibility_timeout
+from delayqueue.validators import check_claim_size, check_visibility_timeout
 from delayqueue.worker.fleet import MAX_LOOPS, Fleet, join_supervisor, loop_environment
 
 if TYPE_CHECKING:
@@ -29,6 +29,21 @@ if TYPE_CHECKING:
 
 MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+class RenamedFlag(argparse.Action):
+    """A flag that also answers to an old name (the last of ``option_strings``), which
+    works for one release and says so on stderr."""
+
+    def __call__(
+        self, parser: Any, namespace: Any, values: Any, option_string: str | None = None
+    ) -> None:
+        if option_string == self.option_strings[-1]:
+            sys.stderr.write(
+                f"{option_string} is renamed {self.option_strings[0]}; the old name stops "
+                "working in the next release\n"
+            )
+        setattr(namespace, self.dest, values)
 
 
 class Command(BaseCommand):
@@ -42,7 +57,14 @@ class Command(BaseCommand):
             "--queues",
             help="comma-separated queue names (default: every known queue, watched for new ones)",
         )
-        parser.add_argument("--batch-size", type=int, help="jobs claimed per pass")
+        parser.add_argument(
+            "--claim-size",
+            "--batch-size",  # its old name, with a warning (RenamedFlag), for one release
+            dest="claim_size",
+            type=int,
+            action=RenamedFlag,
+            help="jobs claimed per pass (default: CLAIM_SIZE)",
+        )
         parser.add_argument(
             "--visibility-timeout",
             type=float,
@@ -114,7 +136,7 @@ class Command(BaseCommand):
         try:
             worker = DelayWorker(
                 queues,
-                batch_size=options["batch_size"],
+                claim_size=options["claim_size"],
                 visibility_timeout=options["visibility_timeout"],
                 health_file=options["health_file"],
             )
@@ -137,10 +159,10 @@ def check_options(options: dict[str, Any], queues: list[str] | None) -> None:
     port = options["metrics_port"]
     if port is not None and not 0 < port < 65536:
         raise CommandError(f"--metrics-port {port} is not a TCP port (1-65535)")
-    batch_size, timeout = options["batch_size"], options["visibility_timeout"]
+    claim_size, timeout = options["claim_size"], options["visibility_timeout"]
     try:
-        if batch_size is not None:
-            check_batch_size(batch_size, "--batch-size")
+        if claim_size is not None:
+            check_claim_size(claim_size, "--claim-size")
         if timeout is not None:
             check_visibility_timeout(timeout, "--visibility-timeout")
         for queue in queues or []:
@@ -237,8 +259,8 @@ def loop_argv(
             "--loop-index", str(index), "--loop-of", str(os.getpid())]  # fmt: skip
     if options["queues"]:
         argv += ["--queues", options["queues"]]
-    if options["batch_size"] is not None:
-        argv += ["--batch-size", str(options["batch_size"])]
+    if options["claim_size"] is not None:
+        argv += ["--claim-size", str(options["claim_size"])]
     if options["visibility_timeout"] is not None:
         argv += ["--visibility-timeout", repr(float(options["visibility_timeout"]))]
     if health_of is not None:

@@ -1,7 +1,7 @@
 """The client API on an event loop: ``aenqueue``, ``adelay_many``, ``acancel`` and
 ``areschedule``, and the ``a*`` methods of ``@delayed_task`` tasks.
 
-Each is its sync twin of ``delayqueue.producer.client`` with the round trip awaited on the running
+Each is its sync twin of ``delayqueue.producer.api`` with the round trip awaited on the running
 loop's redis.asyncio client (``engine/async_clients.py``, ``engine/async_execution.py``):
 the same checks at the call (made by the same code, before anything is awaited), the same
 ``ScriptCall`` objects and Lua scripts, the same errors, ``Job`` handles, events, signals,
@@ -29,7 +29,7 @@ from delayqueue.engine.async_clients import aremember_queue
 from delayqueue.engine.async_execution import arun_all, arun_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.observability import events
-from delayqueue.producer.client import checked_batch, rescheduled_job
+from delayqueue.producer.api import checked_batch, rescheduled_job
 from delayqueue.producer.job_spec import Job, JobSpec, OnConflict, spec
 from delayqueue.producer.moves import acancel, arun_on_shards, flag, moved, reschedule_calls
 from delayqueue.producer.writes import (
@@ -39,7 +39,6 @@ from delayqueue.producer.writes import (
     durable_of,
     enqueue_call,
     in_atomic_block,
-    scheduled,
     written,
 )
 
@@ -131,10 +130,9 @@ async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
         await aremember_queue(job.queue)
         reply = (await arun_direct(enqueue_call(specs), durable=specs[0].durable))[0]
         apply_reply(job, reply)
-        scheduled(job, reply)
         return
     for queue in {s.job.queue for s in specs}:
         await aremember_queue(queue)
     chunks = chunked(specs)
-    replies = await arun_all([enqueue_call(chunk) for chunk in chunks], durable=durable_of(specs))
-    written(chunks, replies, each_level)
+    calls = [enqueue_call(chunk, each_level) for chunk in chunks]
+    written(chunks, await arun_all(calls, durable=durable_of(specs)))

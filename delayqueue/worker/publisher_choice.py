@@ -17,7 +17,7 @@ from __future__ import annotations
 from celery import Celery
 from django.core.exceptions import ImproperlyConfigured
 
-from delayqueue.worker.publishing import Publisher, PublishError, SendTaskPublisher, TaskMessage
+from delayqueue.worker.publisher import Publisher, PublishError, SendTaskPublisher, TaskMessage
 from delayqueue.worker.redis_list_publisher import RedisListPublisher
 
 __all__ = [

@@ -1,5 +1,5 @@
 """What the dispatcher hands a publisher and what it may raise: one Celery task message per
-send, the publisher's interface (``publishers.publisher_for`` picks one), and the publisher
+send, the publisher's interface (``publisher_choice.publisher_for`` picks one), and the publisher
 every broker has: Celery's own ``send_task``."""
 
 from __future__ import annotations
