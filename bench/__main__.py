@@ -25,8 +25,9 @@ SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "mem
 # ``async`` is the async API's (bench/async_enqueue.py); ``periodic`` periodic jobs' against
 # Celery beat (bench/periodic.py); ``tasks`` Django's Tasks API on delayqueue
 # (bench/tasks_backend.py); ``tracing`` what a trace across the delay costs (bench/tracing.py);
-# ``limits`` what limits cost and how closely a rate holds (bench/limits.py).
-OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing", "limits")
+# ``limits`` what limits cost and how closely a rate holds (bench/limits.py); ``tasks-load``
+# what a Django task's job costs the Celery side against delay_for's (bench/tasks_load.py).
+OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing", "limits", "tasks-load")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -38,6 +39,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         limits,
         periodic,
         tasks_backend,
+        tasks_load,
         throughput,
         timing,
         tracing,
@@ -56,6 +58,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "async": async_enqueue.async_enqueue,
         "periodic": periodic.periodic,
         "tasks": tasks_backend.tasks,
+        "tasks-load": tasks_load.tasks_load,
         "tracing": tracing.tracing,
         "limits": limits.limits,
     }

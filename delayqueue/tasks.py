@@ -23,7 +23,7 @@ from delayqueue.engine.execution import run, run_all, warm_up
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.record import utf8_safe
 from delayqueue.errors import DelayQueueError
-from delayqueue.runner import batches
+from delayqueue.runner import batches, riders
 from delayqueue.runner.attempt import failure_call
 from delayqueue.runner.job import dispatch_visibility_ms, run_job
 from delayqueue.wire import (
@@ -110,6 +110,7 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
         backoff=getattr(target, "dq_backoff", None),
         visibility_timeout=getattr(target, "dq_visibility_timeout", None)
         or dispatch_visibility_ms(request) / 1000,
+        rides=riders.of(target),
     )
 
 

@@ -4,6 +4,14 @@ task, with a ``TaskContext`` when it takes one; record the outcome (SUCCESSFUL w
 return value, or the error) and send ``task_finished`` once the task has finished, which a
 failure that delayqueue will retry has not.
 
+The start is recorded in the round trip of the job's ``begin`` (starts.py, the runner's
+riders), and the outcome in the round trip of its ack or fail, before it: a job costs the
+Celery side no round trip of its own. ``task_finished`` is sent once the outcome is
+written (a batch's jobs' at the batch's end, with their acks); a receiver that raises then
+is logged, the outcome stands. Run where no call rode with the begin (an older runner, a
+test calling the task), the attempt records its start and its outcome itself, one round
+trip each.
+
 The attempt number is delayqueue's own (the job's ``att``, counted by ``claim`` and given
 back by ``reap`` for a dispatch that never started); a job's result keeps a worker id per
 attempt, so ``TaskContext.attempt`` (``len(worker_ids)``) is that number for a job whose
@@ -13,15 +21,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from django.utils import timezone
 
 from delayqueue.conf import get_settings
-from delayqueue.django_tasks import results
+from delayqueue.django_tasks import results, starts
 from delayqueue.django_tasks.backend import DelayQueueBackend
 from delayqueue.django_tasks.compat import (
     Task,
@@ -36,11 +43,14 @@ from delayqueue.engine import task_results
 from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.shards import logical
-from delayqueue.engine.task_results import record_task_result
 from delayqueue.errors import DelayQueueError
+from delayqueue.runner import riders
 from delayqueue.wire import dispatch_headers
 
 logger = logging.getLogger("delayqueue.django_tasks")
+
+TASKS_KEPT = 256  # rebuilt tasks a process keeps (by path, priority, queue and backend)
+_tasks: dict[tuple[str, int, str, str], Task[Any, Any]] = {}
 
 
 def run_attempt(
@@ -58,32 +68,18 @@ def run_attempt(
     dispatch = dispatch_headers(request)
     queue = dispatch[0] if dispatch is not None else "default"
     priority = results.stored_priority(priority) or 0  # a job an earlier build wrote: True
-    task = results.rebuilt_task(
-        results.import_task(path), priority=priority, queue_name=logical(queue), backend=backend
-    )
+    task = task_of(path, priority, logical(queue), backend)
     if dispatch is None:
         return _call(task, None, args, kwargs)
     job_id = dispatch[1]
     started = timezone.now()
-    # one round trip, on the direct connections as the runner's begin; no replica WAIT (a
-    # result is best effort)
-    call = task_results.task_started(
-        queue_keys(queue),
-        job_id,
-        now_ms=results.to_ms(started),
-        worker=_worker_id(request),
-        ttl_seconds=result_ttl,
-        kept=results.MAX_KEPT,
-        task=path,
-        args=json.dumps(args),
-        kwargs=json.dumps(kwargs),
-        backend=backend,
-        priority=str(priority),
-        status=TaskResultStatus.RUNNING.value,
-    )
-    begun = run_direct(call, durable=False, strict=False)
+    begun = _started(riders.begun(job_id), queue, job_id, request, started, path, args,
+                     kwargs, backend, priority, result_ttl)  # fmt: skip
     attempt = begun.attempt
     history = results.History.of(begun.result)
+    if begun.result.started == begun.result.last_attempt:
+        history.started_at = started  # this attempt's is the first start
+    history.last_attempted_at = started  # (what the begin wrote was provisional: starts.py)
     result = results.make_result(
         task, job_id, args, kwargs, backend, TaskResultStatus.RUNNING, history
     )
@@ -94,27 +90,96 @@ def run_attempt(
     except Exception as exc:
         finished = timezone.now()
         history.errors = [*history.errors, _error_of(exc)][-results.MAX_KEPT :]
-        _record_outcome(queue, job_id, result_ttl, TaskResultStatus.FAILED, finished, history)
         max_attempts = begun.max_attempts
         if max_attempts is None:
             max_attempts = get_settings().max_attempts
-        if attempt >= max_attempts:  # delayqueue sends it to dead: it has finished
-            history.finished_at = finished
-            failed = results.make_result(
-                task, job_id, args, kwargs, backend, TaskResultStatus.FAILED, history
-            )
-            task_finished.send(sender=DelayQueueBackend, task_result=failed)
+
+        def failed() -> None:
+            if attempt >= max_attempts:  # delayqueue sends it to dead: it has finished
+                history.finished_at = finished
+                _failed(task, job_id, args, kwargs, backend, history)
+
+        _record_outcome(queue, job_id, result_ttl, TaskResultStatus.FAILED, finished, history,
+                        None, failed)  # fmt: skip
         raise
     history.finished_at = timezone.now()
+
+    def succeeded() -> None:
+        try:
+            finished = results.finished_result(result, history.finished_at, value)
+            task_finished.send(sender=DelayQueueBackend, task_result=finished)
+        except Exception:
+            logger.exception("job %s: a task_finished receiver raised", job_id)
+
     _record_outcome(
         queue, job_id, result_ttl, TaskResultStatus.SUCCESSFUL, history.finished_at, history,
-        returned,
+        returned, succeeded,
     )  # fmt: skip
-    succeeded = results.make_result(
-        task, job_id, args, kwargs, backend, TaskResultStatus.SUCCESSFUL, history, value
-    )
-    task_finished.send(sender=DelayQueueBackend, task_result=succeeded)
     return value
+
+
+def task_of(path: str, priority: int, queue_name: str, backend: str) -> Task[Any, Any]:
+    """The task at ``path`` as it was enqueued (``results.rebuilt_task``), worked out once
+    per process for each (path, priority, queue, backend); at most TASKS_KEPT kept."""
+    key = (path, priority, queue_name, backend)
+    found = _tasks.get(key)
+    if found is None:
+        found = results.rebuilt_task(
+            results.import_task(path), priority=priority, queue_name=queue_name, backend=backend
+        )
+        if len(_tasks) >= TASKS_KEPT:
+            _tasks.clear()
+        _tasks[key] = found
+    return found
+
+
+def _started(
+    ridden: Any,
+    queue: str,
+    job_id: str,
+    request: Any,
+    started: Any,
+    path: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    priority: int,
+    result_ttl: int,
+) -> task_results.TaskStarted:
+    """What the start recorded with the job's begin found (its error raised), else the start
+    recorded now, in one round trip of its own, on the direct connections as the runner's
+    begin; no replica WAIT (a result is best effort)."""
+    if isinstance(ridden, DelayQueueError):
+        raise ridden
+    if isinstance(ridden, task_results.TaskStarted):
+        return ridden
+    call = starts.started_call(
+        queue_keys(queue), job_id, now_ms=results.to_ms(started), request=request, path=path,
+        args=args, kwargs=kwargs, backend=backend, priority=priority, result_ttl=result_ttl,
+    )  # fmt: skip
+    begun = run_direct(call, durable=False, strict=False)
+    if begun is None:  # (no token given: it always writes)
+        raise DelayQueueError(f"job {job_id} on {queue}: its start was not recorded")
+    return begun
+
+
+def _failed(
+    task: Task[Any, Any],
+    job_id: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    history: results.History,
+) -> None:
+    """``task_finished`` of the last failure, once the outcome is written: a receiver that
+    raises is logged (the job is settled already)."""
+    try:
+        failed = results.make_result(
+            task, job_id, args, kwargs, backend, TaskResultStatus.FAILED, history
+        )
+        task_finished.send(sender=DelayQueueBackend, task_result=failed)
+    except Exception:
+        logger.exception("job %s: a task_finished receiver raised", job_id)
 
 
 def _call(
@@ -138,19 +203,29 @@ def _record_outcome(
     status: TaskResultStatus,
     finished: Any,
     history: results.History,
-    returned: str | None = None,
+    returned: str | None,
+    then: Callable[[], None],
 ) -> None:
-    """Record how the attempt ended. A Redis that cannot take it now does not change the
-    outcome: the job is acked or failed as the task returned or raised, and its result says
-    RUNNING until it expires."""
+    """Record how the attempt ended, in the round trip of the job's ack or fail when the
+    runner settles it (else now), then call ``then``. A Redis that cannot take it does not
+    change the outcome: the job is acked or failed as the task returned or raised, and its
+    result says RUNNING until it expires."""
+    call = task_results.task_finished(
+        queue_keys(queue), job_id, result_ttl, status=status.value,
+        finished_ms=results.to_ms(finished), returned=returned, **history.written(),
+    )  # fmt: skip
+    unsent = f"job {job_id} on {queue}: its result ({status.value}) could not be recorded"
+
+    def report(reply: Any) -> None:
+        then()
+
+    if riders.settle_with(job_id, call, report, unsent):
+        return
     try:
-        record_task_result(
-            queue, job_id, result_ttl, status=status.value, finished_ms=results.to_ms(finished),
-            returned=returned, **history.written(),
-        )  # fmt: skip
+        run_direct(call, durable=False, strict=False)
     except DelayQueueError as exc:
-        logger.error("job %s on %s: its result (%s) could not be recorded: %s", job_id, queue,
-                     status.value, exc)  # fmt: skip
+        logger.error("%s (%s)", unsent, exc)
+    then()
 
 
 def _error_of(exc: BaseException) -> tuple[str, str]:
@@ -161,9 +236,3 @@ def _error_of(exc: BaseException) -> tuple[str, str]:
     except Exception:  # an exception whose __str__ raises
         trace = f"{kind.__qualname__} (its traceback could not be formatted)"
     return f"{kind.__module__}.{kind.__qualname__}", trace[-results.MAX_TRACEBACK_CHARS :]
-
-
-def _worker_id(request: Any) -> str:
-    """The Celery worker's node name (``celery@host``), else this host and process."""
-    hostname = getattr(request, "hostname", None)
-    return str(hostname) if hostname else f"{socket.gethostname()}:{os.getpid()}"

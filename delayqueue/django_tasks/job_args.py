@@ -4,6 +4,8 @@ Django task's module path, args and kwargs (left out of a job when they are the 
 
 from __future__ import annotations
 
+from typing import Any
+
 RUN_DJANGO_TASK = "delayqueue.run_django_task"
 
 BACKEND = "backend"  # the TASKS alias it was enqueued through (default "default")
@@ -14,3 +16,21 @@ BACKOFF = "backoff"  # base seconds of the retry backoff (default: delayqueue's 
 DEFAULT_BACKEND = "default"
 DEFAULT_PRIORITY = 0
 DEFAULT_RESULT_TTL = 24 * 3600
+
+MAX_KEPT = 20  # worker ids and errors a result keeps: the last attempts'
+
+
+def stored_priority(value: Any) -> int | None:
+    """A priority as a job or its result holds it: an int (a JSON number, or its digits),
+    or a bool, as a build that let ``priority=True`` through wrote it (``true``,
+    ``"True"``), read as 1 / 0; None for anything else."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        if value in ("True", "False"):
+            return int(value == "True")
+        if value.lstrip("-").isdigit() and len(value) <= 20 and value.isascii():
+            return int(value)
+    return None

@@ -20,6 +20,7 @@ app's package (``known_task``)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import json
@@ -43,8 +44,10 @@ from delayqueue.django_tasks.job_args import (
     BACKEND,
     DEFAULT_BACKEND,
     DEFAULT_PRIORITY,
+    MAX_KEPT,
     PRIORITY,
     RUN_DJANGO_TASK,
+    stored_priority,
 )
 from delayqueue.engine.shards import logical
 from delayqueue.engine.task_results import ResultFields, StoredTaskResult
@@ -54,7 +57,6 @@ from delayqueue.wire import decode_args
 
 logger = logging.getLogger("delayqueue.django_tasks")
 
-MAX_KEPT = 20  # worker ids and errors a result keeps: the last attempts'
 MAX_TRACEBACK_CHARS = 20_000  # of an error's traceback, its end
 MAX_NAME_CHARS = 1_000  # of an error's exception class path, a worker id, a task path
 # What data no build wrote can raise while a result is made of it (a number past what a
@@ -226,6 +228,23 @@ def make_result(
     return result
 
 
+def finished_result(
+    running: TaskResult[Any], finished_at: datetime | None, return_value: Any
+) -> TaskResult[Any]:
+    """``running`` (``make_result``'s, RUNNING) as it succeeded: a copy, not made again (its
+    arguments are normalized once)."""
+    result = copy.copy(running)
+    for name, value in (
+        ("status", TaskResultStatus.SUCCESSFUL),
+        ("finished_at", finished_at),
+        ("errors", list(running.errors)),
+        ("worker_ids", list(running.worker_ids)),
+        ("_return_value", return_value),
+    ):
+        object.__setattr__(result, name, value)
+    return result
+
+
 def from_stored(stored: StoredTaskResult, job_id: str) -> TaskResult[Any]:
     """The result of job ``job_id`` as Redis holds it, or TaskResultDoesNotExist (and
     nothing else, whatever Redis holds)."""
@@ -305,22 +324,6 @@ def _call_of(
         logger.warning("job %s on %s is not a Django task's result: %s", job_id, stored.queue, exc)
         raise TaskResultDoesNotExist(f"{job_id}: not a Django task's result ({exc})") from None
     return path, args, kwargs, backend, priority
-
-
-def stored_priority(value: Any) -> int | None:
-    """A priority as a job or its result holds it: an int (a JSON number, or its digits),
-    or a bool, as a build that let ``priority=True`` through wrote it (``true``,
-    ``"True"``), read as 1 / 0; None for anything else."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        if value in ("True", "False"):
-            return int(value == "True")
-        if value.lstrip("-").isdigit() and len(value) <= 20 and value.isascii():
-            return int(value)
-    return None
 
 
 def _or(value: str | None, absent: str) -> str:

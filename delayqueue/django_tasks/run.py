@@ -7,7 +7,8 @@ module path, its args and kwargs (JSON), and the keywords of ``job_args.py``.
 
 This module imports neither Django's Tasks framework nor the backend: it must be importable
 in every Celery worker and delay worker of a project that installs delayqueue, whether or not
-the framework is installed there. ``attempts.py`` does the work, imported at the first run."""
+the framework is installed there. ``attempts.py`` does the work, imported at the first run;
+``starts.py`` makes the call that records its start, sent with its job's begin."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from delayqueue.django_tasks.job_args import (
     PRIORITY,
     RUN_DJANGO_TASK,
 )
+from delayqueue.django_tasks.starts import START_WITH_BEGIN
 from delayqueue.producer.decorator import delayed_task
 from delayqueue.runner.attempt import backoff_ms
 
@@ -50,6 +52,7 @@ def retry_backoff(attempt: int) -> float:
     backoff=retry_backoff,
     ignore_result=True,
     dq_priority_kwarg=PRIORITY,  # the Django task's priority: higher first in a pass
+    dq_rides=START_WITH_BEGIN,  # its start in its begin's round trip (starts.py)
 )
 def run_django_task(
     self: Task[Any, Any],

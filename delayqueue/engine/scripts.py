@@ -53,6 +53,7 @@ class Scripts:
         self.fire: Script = client.register_script(load_source("fire"))
         self.unplan_schedule: Script = client.register_script(load_source("unplan_schedule"))
         self.task_started: Script = client.register_script(load_source("task_started"))
+        self.task_finished: Script = client.register_script(load_source("task_finished"))
 
     def __getitem__(self, name: str) -> Script:
         script: Script = getattr(self, name)

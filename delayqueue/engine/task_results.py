@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from redis.client import NEVER_DECODE
 from redis.exceptions import ResponseError
 
 from delayqueue.engine.async_clients import loop_clients
-from delayqueue.engine.clients import get_raw_redis, get_redis
+from delayqueue.engine.clients import get_raw_redis
 from delayqueue.engine.keys import (
     STATES,
     JobField,
@@ -218,8 +218,8 @@ def registered_queues() -> list[str]:
     return split_queue_names(members or []).names
 
 
-def record_task_result(
-    queue: str,
+def task_finished(
+    keys: QueueKeys,
     job_id: str,
     ttl_seconds: int,
     *,
@@ -230,10 +230,10 @@ def record_task_result(
     started_ms: int | None = None,
     last_attempt_ms: int | None = None,
     returned: str | None = None,
-) -> None:
-    """Write how an attempt of job ``job_id`` ended into its results hash (``workers``,
-    ``errors``, ``returned``: JSON; a start not given is left as it is) and give it
-    ``ttl_seconds`` to live from now, in one round trip."""
+) -> ScriptCall[bool]:
+    """The call that writes how an attempt of job ``job_id`` ended into its results hash
+    (lua/task_finished.lua: ``workers``, ``errors``, ``returned`` are JSON; a start not
+    given is left as it is) and gives it ``ttl_seconds`` to live from now."""
     fields = {
         TaskResultField.STATUS: status,
         TaskResultField.FINISHED: str(finished_ms),
@@ -246,16 +246,21 @@ def record_task_result(
         fields[TaskResultField.LAST_ATTEMPT] = str(last_attempt_ms)
     if returned is not None:
         fields[TaskResultField.RETURN] = returned
-    key = queue_keys(queue).task_result(job_id)
-    with redis_errors():
-        pipe = get_redis().pipeline(transaction=False)
-        pipe.hset(key, mapping=cast(Any, fields))
-        pipe.expire(key, ttl_seconds)
-        pipe.execute()
+    argv: list[Any] = [ttl_seconds]
+    for field, value in fields.items():
+        argv += [field, value]
+    return ScriptCall(
+        "task_finished",
+        [keys.task_result(job_id)],
+        argv,
+        lambda reply: int(reply) == 1,
+        resend_safe=True,  # the same fields written again
+    )
 
 
 class TaskStarted(NamedTuple):
-    """What ``task_started`` found and wrote: the attempt (the job's, counted by claim), its
+    """What ``task_started`` found and wrote (None: given a token, it found that dispatch
+    not begun, and wrote nothing): the attempt (the job's, counted by claim), its
     max attempts (None: not stored, the default applies; 0: not readable, so fail.lua sends
     the job to dead at its next failure) and the results hash's history fields as written
     (``_STARTED_READ``; the others None)."""
@@ -288,10 +293,13 @@ def task_started(
     backend: str,
     priority: str,
     status: str,
-) -> ScriptCall[TaskStarted]:
+    token: str = "",
+) -> ScriptCall[TaskStarted | None]:
     """The call that records the start of an attempt of job ``job_id`` (lua/task_started.lua):
     its task's path, arguments (JSON), backend alias, priority and status written, the
-    attempt's number and ``worker`` added, its first start kept."""
+    attempt's number and ``worker`` added, its first start kept. With the dispatch's fencing
+    ``token`` (the call sent right after that dispatch's begin, in its round trip), only
+    when that begin let it run."""
     fields = {
         TaskResultField.TASK: task,
         TaskResultField.ARGS: args,
@@ -301,7 +309,9 @@ def task_started(
         TaskResultField.STATUS: status,
     }
 
-    def parse(reply: Any) -> TaskStarted:
+    def parse(reply: Any) -> TaskStarted | None:
+        if not reply:
+            return None
         attempt, stored_max, *values = (_text(v) for v in reply)
         return TaskStarted(
             int(attempt),
@@ -311,7 +321,7 @@ def task_started(
             ),
         )
 
-    argv: list[Any] = [now_ms, worker, ttl_seconds, kept]
+    argv: list[Any] = [now_ms, worker, ttl_seconds, kept, token]
     for field, value in fields.items():
         argv += [field, value]
     return ScriptCall(

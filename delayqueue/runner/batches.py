@@ -13,6 +13,8 @@ fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
   ack was lost). Jobs settled so far stay settled.
 - A batch that runs for half the visibility timeout settles what ran and begins the rest
   again, so a long batch never lets its later jobs be reaped while it still holds them.
+- A task with rides (``riders.py``) sends its calls in the same round trips: one after each
+  job's first begin, and what its code adds before each job's ack or fail.
 - A job with a rate is counted at its begin (begin.lua, docs/limits.md), at the latest
   instant it may start: its begin's, or, when the rate's window has room for every job the
   batch still starts after it, that instant plus a horizon (up to HORIZON, at most a tenth
@@ -41,6 +43,7 @@ from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
 from delayqueue.observability import limit_events
+from delayqueue.runner import riders
 from delayqueue.runner.attempt import Attempt, Backoff, run_attempt
 from delayqueue.runner.expired import bury_expired
 from delayqueue.wire import BatchEntry, valid_dispatch
@@ -65,6 +68,7 @@ class BatchJob(BatchEntry):
     rated: bool = False  # it has a rate: begun again when it would start RATE_SLACK late
     start_by: float = 0.0  # rated: the time.monotonic() after which it is begun again
     horizon: bool = False  # rated: its begin counted it at a horizon, later than the begin
+    ridden: Any = riders.NOT_RIDDEN  # the reply of its rides' call at its first begin
 
 
 @dataclass
@@ -106,10 +110,11 @@ def run_batch(
     claimed_ms: int | None = None,
     backoff: Backoff | None = None,
     visibility_timeout: float | None = None,
+    rides: riders.Rides | None = None,
 ) -> int:
     """Run the jobs of one batch message, each with ``call(job)`` (which runs the task's
     function on its arguments); how many succeeded. A job's exception is recorded (retry
-    or dead) and the batch goes on."""
+    or dead) and the batch goes on. ``rides``: the task's (riders.py)."""
     jobs = [BatchJob.parse(entry) for entry in entries]
     valid = [j for j in jobs if j is not None and valid_dispatch(queue, j.id, j.token)]
     if len(valid) != len(entries):
@@ -126,7 +131,7 @@ def run_batch(
     # with each job; this decides when the batch begins its later jobs again).
     own = visibility_timeout or get_settings().visibility_timeout
     visibility_ms = int(own * 1000)
-    pending = deque(_begin(keys, queue, valid, visibility_ms))
+    pending = deque(_begin(keys, queue, valid, visibility_ms, rides=rides))
     begun_at = time.monotonic()
     settle = _Settle()
     succeeded = 0
@@ -135,14 +140,16 @@ def run_batch(
     while pending:
         if time.monotonic() - begun_at > visibility_ms / 2000:
             settle.send()
-            pending = deque(_begin(keys, queue, list(pending), visibility_ms))
+            pending = deque(_begin(keys, queue, list(pending), visibility_ms, rides=rides))
             begun_at = time.monotonic()
             continue
         job = pending.popleft()
         if job.rated and not again and time.monotonic() > job.start_by:
             more = len(pending) if job.horizon else min(ran, len(pending))
             chunk = [job] + [pending.popleft() for _ in range(more)]
-            pending.extendleft(reversed(_begin(keys, queue, chunk, visibility_ms, len(pending))))
+            pending.extendleft(
+                reversed(_begin(keys, queue, chunk, visibility_ms, len(pending), rides))
+            )
             again, ran = True, 0
             continue
         again, ran = False, ran + 1
@@ -152,10 +159,16 @@ def run_batch(
 
 
 def _begin(
-    keys: QueueKeys, queue: str, jobs: list[BatchJob], visibility_ms: int, later: int = 0
+    keys: QueueKeys,
+    queue: str,
+    jobs: list[BatchJob],
+    visibility_ms: int,
+    later: int = 0,
+    rides: riders.Rides | None = None,
 ) -> list[BatchJob]:
-    """Begin every job in one round trip (``later``: jobs the batch starts after them); the
-    jobs this dispatch may run."""
+    """Begin every job in one round trip (``later``: jobs the batch starts after them), with
+    the calls of the task's rides after the begins (a job's first); the jobs this dispatch
+    may run."""
     horizon = min(HORIZON_MS, visibility_ms // 2)
     calls = [
         transitions.begin(
@@ -168,16 +181,25 @@ def _begin(
         )
         for i, j in enumerate(jobs)
     ]
+    request = getattr(current_task, "request", None)
+    ridden: list[tuple[BatchJob, transitions.ScriptCall[Any]]] = []
+    for j in jobs if rides is not None else []:
+        if j.ridden is riders.NOT_RIDDEN:  # (begun again: its first begin's reply stands)
+            ride = riders.ride(rides, keys, j.id, j.token, j.args, j.kwargs, request, j.due_ms)
+            if ride is not None:
+                ridden.append((j, ride))
     try:
-        replies = run_many(calls)
+        replies = run_many([*calls, *(ride for _, ride in ridden)])
         replied = time.monotonic()
     except DelayQueueError as exc:
         logger.error(
             "batch of %s jobs on %s not run: no start recorded (%s)", len(jobs), queue, exc
         )
         return []
+    for (job, _), reply in zip(ridden, replies[len(calls) :], strict=True):
+        job.ridden = reply
     runnable = []
-    for job, began in zip(jobs, replies, strict=True):
+    for job, began in zip(jobs, replies[: len(calls)], strict=True):
         if isinstance(began, DelayQueueError):
             logger.error(
                 "job %s on %s not run: its start was not recorded (%s)", job.id, queue, began
@@ -224,4 +246,5 @@ def _run_one(
         replied=job.replied,
         trace=trace_context.from_request(getattr(current_task, "request", None), job.id),
     )
-    return 1 if run_attempt(attempt, lambda: call(job), backoff, settle).succeeded else 0
+    with riders.running(job.id, job.ridden, settle):
+        return 1 if run_attempt(attempt, lambda: call(job), backoff, settle).succeeded else 0

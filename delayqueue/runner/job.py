@@ -1,6 +1,7 @@
 """The Celery side, a job in a message of its own: begin its dispatch (a stale one is not
 run), then run the attempt (``attempt.py``: acked only when it finished; an exception is
-recorded as a retry with backoff or dead, and raised again)."""
+recorded as a retry with backoff or dead, and raised again). A task with rides
+(``riders.py``) sends its calls in the begin's round trip and in the ack's or fail's."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
 from delayqueue.observability import limit_events
+from delayqueue.runner import riders
 from delayqueue.runner.attempt import Attempt, Backoff, SettleNow, run_attempt
 from delayqueue.runner.expired import bury_expired
 from delayqueue.validators import VISIBILITY_TIMEOUT_MAX
@@ -69,6 +71,9 @@ def run_job(
     keys = queue_keys(queue)
     request = getattr(current_task, "request", None)
     visibility_ms = dispatch_visibility_ms(request)
+    due_ms = header_ms(request, HEADER_DUE)
+    rides = riders.of(call)
+    ridden = riders.NOT_RIDDEN
     # begin and ack are safe to resend (run_direct sends a call again on a connection Redis
     # dropped while it was idle): the second begin restarts the same deadline, the second
     # ack finds the job gone.
@@ -76,7 +81,11 @@ def run_job(
         # (strict=False: under DURABLE, a replica slow to acknowledge is a warning; the begin
         # is written, and the run must not be given up for it)
         begin = transitions.begin(keys, job_id, token, visibility_ms=visibility_ms)
-        started = run_direct(begin, strict=False)
+        ride = riders.ride(rides, keys, job_id, token, args, kwargs, request, due_ms)
+        if ride is None:
+            started = run_direct(begin, strict=False)
+        else:
+            started, ridden = riders.begin_with(begin, ride)
         replied = time.monotonic()
     except DelayQueueError as exc:
         # Redis down, or the queue's keys broken: the task does not run now, and the job,
@@ -101,13 +110,19 @@ def run_job(
         token,
         _task_name(call),
         started.attempt,
-        due_ms=header_ms(request, HEADER_DUE),
+        due_ms=due_ms,
         claimed_ms=header_ms(request, HEADER_CLAIMED),
         begun_us=started.now_us,
         replied=replied,
         trace=trace_context.from_request(request),
     )
-    outcome = run_attempt(attempt, lambda: call(*args, **kwargs), backoff, SettleNow())
+    if rides is None:
+        outcome = run_attempt(attempt, lambda: call(*args, **kwargs), backoff, SettleNow())
+    else:
+        together = riders.SettleTogether()
+        with riders.running(job_id, ridden, together):
+            outcome = run_attempt(attempt, lambda: call(*args, **kwargs), backoff, together)
+        together.send()
     if outcome.raised is not None:
         raise outcome.raised
     return outcome.result

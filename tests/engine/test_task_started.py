@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from delayqueue.engine.clients import get_raw_redis
 from delayqueue.engine.execution import run, run_direct
 from delayqueue.engine.keys import JobField, TaskResultField, queue_keys
-from delayqueue.engine.task_results import TaskStarted, task_started
+from delayqueue.engine.task_results import TaskStarted, task_finished, task_started
 from delayqueue.errors import DelayQueueError
 from tests.support.corrupt import NOT_UTF8
 from tests.support.fuzzing import examples
@@ -30,7 +30,9 @@ def start(now_ms: int, worker: str, kept: int = 3, task: str = "t.path") -> Task
         Q, JOB, now_ms=now_ms, worker=worker, ttl_seconds=60, kept=kept, task=task,
         args="[]", kwargs="{}", backend="default", priority="0", status="RUNNING",
     )  # fmt: skip
-    return run_direct(call)
+    found = run_direct(call)
+    assert found is not None  # (no token: it always writes)
+    return found
 
 
 def test_each_attempt_adds_its_worker_and_keeps_the_first_start(r: redis.Redis) -> None:
@@ -161,3 +163,47 @@ def test_any_stored_history_gives_a_running_attempt_of_a_list_of_workers(
     assert found.max_attempts == readable.get(job["max"], 0)
     assert raw.hget(RESULT, TaskResultField.STATUS) == b"RUNNING"
     assert not raw.hexists(RESULT, TaskResultField.FINISHED)
+
+
+def test_given_a_token_it_writes_only_for_that_dispatch_once_begun(r: redis.Redis) -> None:
+    """Sent right after the begin, in its round trip: a dispatch the begin did not let run
+    (another dispatch's token, or not begun) gets no start."""
+
+    def start_of(token: str) -> TaskStarted | None:
+        return run_direct(
+            task_started(
+                Q, JOB, now_ms=5, worker="w", ttl_seconds=60, kept=3, task="t", args="[]",
+                kwargs="{}", backend="default", priority="0", status="RUNNING", token=token,
+            )
+        )  # fmt: skip
+
+    r.hset(Q.job(JOB), mapping={JobField.ATTEMPTS: "1", JobField.TOKEN: "t2"})
+    assert start_of("t2") is None  # dispatched, not begun
+    r.hset(Q.job(JOB), JobField.BEGAN, "t1")
+    assert start_of("t2") is None  # an earlier dispatch began
+    r.hset(Q.job(JOB), JobField.BEGAN, "t2")
+    assert start_of("t1") is None  # a later dispatch is current
+    assert not r.exists(RESULT)
+    found = start_of("t2")
+    assert found is not None and found.attempt == 1
+    assert r.hget(RESULT, TaskResultField.STATUS) == "RUNNING"
+
+
+def test_the_outcome_is_written_with_its_ttl_and_a_key_of_another_type_left_alone(
+    r: redis.Redis,
+) -> None:
+    r.hset(RESULT, mapping={TaskResultField.STATUS: "RUNNING", TaskResultField.STARTED: "1"})
+    call = task_finished(
+        Q, JOB, 30, status="SUCCESSFUL", finished_ms=9, workers='["w"]', errors="[]",
+        returned="5",
+    )  # fmt: skip
+    assert run_direct(call) is True
+    stored = r.hgetall(RESULT)
+    assert stored[TaskResultField.STATUS] == "SUCCESSFUL" and stored[TaskResultField.RETURN] == "5"
+    assert stored[TaskResultField.STARTED] == "1"  # a start not given is left as it is
+    assert 0 < r.ttl(RESULT) <= 30
+    r.delete(RESULT)
+    r.set(RESULT, "someone else's")
+    with pytest.raises(DelayQueueError, match="WRONGTYPE"):
+        run_direct(call)
+    assert r.get(RESULT) == "someone else's"

@@ -60,8 +60,11 @@ CALLS: dict[str, transitions.ScriptCall[Any]] = {
         priority="0",
         status="RUNNING",
     ),
+    "task_finished": task_results.task_finished(
+        KEYS, JOB, 1, status="SUCCESSFUL", finished_ms=1, workers="[]", errors="[]"
+    ),
 }
-RESEND_SAFE = {"enqueue", "begin", "ack", "plan_schedule", "task_started"}
+RESEND_SAFE = {"enqueue", "begin", "ack", "plan_schedule", "task_started", "task_finished"}
 
 
 def header_keys(script: str) -> list[str]:

@@ -76,6 +76,22 @@ def fails_first(context: TaskContext, tag: str) -> int:
     return context.attempt
 
 
+@task(takes_context=True)
+def reads_itself(context: TaskContext, tag: str) -> str:
+    """Reports its own result as the backend reads it from Redis while it runs."""
+    found = context.task_result.task.get_backend().get_result(context.task_result.id)
+    _report(
+        RAN, kind="reads_itself", tag=tag, id=found.id, status=str(found.status),
+        workers=found.worker_ids, started_ms=_ms(found.started_at),
+        context_started_ms=_ms(context.task_result.started_at),
+    )  # fmt: skip
+    return tag
+
+
+def _ms(moment: Any) -> float:
+    return float(moment.timestamp() * 1000)
+
+
 @task
 def always_fails(tag: str) -> None:
     _report(RAN, kind="always_fails", tag=tag)

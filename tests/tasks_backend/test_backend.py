@@ -70,6 +70,13 @@ def ms(moment: Any) -> float:
     return float(moment.timestamp() * 1000)
 
 
+def signals_sent(count: int) -> list[dict[str, Any]]:
+    """The signals the worker reported, once there are ``count``: ``task_finished`` is sent
+    after the outcome is written, which a reader may find first."""
+    wait_for(lambda: len(tasks.reports(tasks.SIGNALS)) >= count, 10)
+    return tasks.reports(tasks.SIGNALS)
+
+
 def finished(result: Any, timeout: float = 20) -> Any:
     """``result``, refreshed until it finished (SUCCESSFUL or FAILED)."""
 
@@ -410,7 +417,7 @@ def test_a_task_runs_no_earlier_than_run_after_and_its_result_says_so(
     result.refresh()
     assert result.status == Status.SUCCESSFUL and result.return_value == 5
     assert 0 < r.ttl(Q.task_result(result.id)) <= 24 * 3600
-    signals = [(s["signal"], s["status"], s["sender"]) for s in tasks.reports(tasks.SIGNALS)]
+    signals = [(s["signal"], s["status"], s["sender"]) for s in signals_sent(2)]
     sender = "delayqueue.django_tasks.backend.DelayQueueBackend"
     assert signals == [("task_started", "RUNNING", sender), ("task_finished", "SUCCESSFUL", sender)]
 
@@ -439,7 +446,7 @@ def test_a_failed_attempt_is_retried_and_its_error_kept(
     assert len(result.worker_ids) == 2 and result.attempts == 2
     assert result.started_at < result.last_attempted_at < result.finished_at
     # task_finished once, when it finished; task_started at each attempt
-    signals = [(s["signal"], s["status"]) for s in tasks.reports(tasks.SIGNALS)]
+    signals = [(s["signal"], s["status"]) for s in signals_sent(3)]
     assert signals == [
         ("task_started", "RUNNING"),
         ("task_started", "RUNNING"),
@@ -458,7 +465,7 @@ def test_a_job_that_fails_every_attempt_is_dead_and_failed(
         assert abs((r.zscore(Q.dead, result.id) or 0) - ms(result.finished_at)) < 1
         with pytest.raises(ValueError, match="failed"):
             result.return_value  # noqa: B018
-        signals = [(s["signal"], s["status"]) for s in tasks.reports(tasks.SIGNALS)]
+        signals = [(s["signal"], s["status"]) for s in signals_sent(3)]
         assert signals[-1] == ("task_finished", "FAILED") and len(signals) == 3
         # a value that is not JSON fails the attempt, as Django's backends fail it
         bad = finished(tasks.returns_no_json.enqueue("no json"))

@@ -9,11 +9,17 @@
 -- ARGV[2] the Celery worker's id, appended to the workers (the last ARGV[4] kept)
 -- ARGV[3] ttl seconds of the results hash, from now
 -- ARGV[4] workers kept
--- ARGV[5...] field, value pairs written as they are (status, task, args, kwargs, ...)
+-- ARGV[5] the dispatch's fencing token, or "" (see below)
+-- ARGV[6...] field, value pairs written as they are (status, task, args, kwargs, ...)
 -- Returns {the attempt (the job's attempts begun; 1 when it has none), its max attempts
 -- ("": the default; "0": not readable, the job dies at its next failure), then the results
 -- hash's started, last, workers and errors as written ("" when absent)}, all made UTF-8. A
 -- job hash that is not a hash reads as none. Safe to send twice.
+-- Sent in the same round trip as the job's begin, right after it (the runner's riders:
+-- delayqueue/runner/riders.py), ARGV[5] is the dispatch's fencing token: the start is
+-- written only when that begin let the dispatch run (the job's current token, and begun by
+-- it), else nothing is written and the reply is {} (a stale, expired or rate-limited
+-- dispatch does not run). "" writes the start whatever the job's state.
 -- #include _bounds.lua
 -- #include _types.lua
 -- #include _utf8.lua
@@ -28,12 +34,13 @@ end
 local now = whole(ARGV[1], MIN_TIME_MS, MAX_TIME_MS)
 local ttl = whole(ARGV[3], 1, 1e9)
 local kept = whole(ARGV[4], 1, 1000)
-if not now or not ttl or not kept or #ARGV % 2 ~= 0 then
-  return redis.error_reply('ERR task_started: ARGV is now ms, worker, ttl s, kept, pairs')
+if not now or not ttl or not kept or #ARGV % 2 ~= 1 then
+  return redis.error_reply('ERR task_started: ARGV is now ms, worker, ttl s, kept, token, pairs')
 end
 local bad = wrong_type({KEYS[1], 'hash'})
 if bad then return bad end
-local job = hash_fields(KEYS[2], 'att', 'max') or {}
+local job = hash_fields(KEYS[2], 'att', 'max', 'tok', 'began') or {}
+if ARGV[5] ~= '' and not (job[3] == ARGV[5] and job[4] == ARGV[5]) then return {} end
 -- The workers so far (a JSON list of str), this one appended; a stored list that is huge,
 -- not UTF-8 or not a JSON list of str starts afresh.
 local before = redis.call('HMGET', KEYS[1], 'workers', 'att', 'last', 'started')
@@ -59,7 +66,7 @@ local from = #earlier - kept + (resent and 1 or 2)
 for i = math.max(1, from), #earlier do workers[#workers + 1] = earlier[i] end
 if not resent or #workers == 0 then workers[#workers + 1] = utf8_text(ARGV[2]) end
 local fields = {'att', att, 'last', ARGV[1], 'workers', cjson.encode(workers)}
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
 end

@@ -1,0 +1,115 @@
+"""CPU a job costs the Celery side, a Django task's against ``delay_for``'s, in this process:
+``python -m bench.tasks_cpu [--jobs 2000] [--rounds 2]``.
+
+Each round dispatches ``--jobs`` jobs of each kind (the same body: ``bench.tasks.stamp``,
+``bench.django_tasks.stamp_task``), all due now, with an in-process delay worker onto a
+broker list no Celery worker reads (the batched hand-off on, as in a burst), then runs the
+messages here as the Celery worker runs them (``Task.apply`` with their headers). Measured:
+this process's CPU time per job and the Redis server's (``INFO cpu``) over the runs. CPU
+time, unlike the wall clock, does not count the time a process waits for the cores that
+other work holds, so it compares the two kinds on a busy machine (the wall-clock drain is
+``--only tasks-load``'s)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from bench.env import BenchEnv
+
+KINDS = ("delay_for", "Django task")
+
+
+def _decode(payload: Any) -> tuple[str, list[Any], dict[str, Any], dict[str, Any]]:
+    from kombu.utils.json import loads
+
+    envelope = loads(payload)
+    body = envelope["body"]
+    if envelope.get("properties", {}).get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    args, kwargs, _ = loads(body)
+    return envelope["headers"]["task"], list(args), dict(kwargs), envelope["headers"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tasks_cpu", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=2_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    options = parser.parse_args(argv)
+    env = BenchEnv()
+    try:
+        results = _measure(env, options.jobs, options.rounds)
+    finally:
+        env.close()
+    totals = {kind: statistics.median(c + r for c, r in rows) for kind, rows in results.items()}
+    for kind, rows in results.items():
+        shown = ", ".join(f"{c:.0f} + {r:.0f}" for c, r in rows)
+        print(f"{kind}: µs of CPU per job, Celery side + Redis: {shown}")
+    ratio = totals["delay_for"] / totals["Django task"]
+    print(f"a Django task's job costs {1 / ratio:.2f}x a delay_for job's (ratio {ratio:.2f})")
+    return 0
+
+
+def _measure(env: BenchEnv, jobs: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    import redis
+    from celery import Celery
+
+    from bench.django_tasks import stamp_task
+    from bench.tasks import stamp
+    from delayqueue.producer import api as client
+    from delayqueue.worker.loop import DelayWorker
+
+    url = f"redis://127.0.0.1:{env.server.port}/2"  # no Celery worker reads it
+    os.environ.pop("CELERY_BROKER_URL", None)
+    app = Celery(broker=url)
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.conf.update(broker_url=url)
+    broker = redis.Redis.from_url(url)
+
+    def dispatched(kind: str) -> list[tuple[str, list[Any], dict[str, Any], dict[str, Any]]]:
+        env.flush(0, 2)
+        now = int(time.time() * 1000)
+        if kind == "delay_for":
+            specs = [client.spec(stamp, (now,), delay=0) for _ in range(jobs)]
+            for start in range(0, jobs, 1_000):
+                client.delay_many(specs[start : start + 1_000], on_commit=False)
+        else:
+            task = stamp_task.using(run_after=datetime.fromtimestamp(now / 1000, tz=UTC))
+            for _ in range(jobs):
+                task.enqueue(now)
+        worker = DelayWorker(["bench"], celery_app=app)
+        try:
+            while worker.run_pass().claimed:
+                pass
+        finally:
+            worker.close()
+        return [_decode(m) for m in reversed(broker.lrange("celery", 0, -1))]
+
+    def redis_cpu() -> float:
+        info = env.client().info("cpu")
+        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+    results: dict[str, list[tuple[float, float]]] = {kind: [] for kind in KINDS}
+    for kind in KINDS:  # a first round each, not counted: imports, connections, scripts
+        for name, args, kwargs, headers in dispatched(kind)[:2]:
+            app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
+    for _ in range(rounds):
+        for kind in KINDS:
+            messages = dispatched(kind)
+            own, server = time.process_time(), redis_cpu()
+            for name, args, kwargs, headers in messages:
+                app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
+            own, server = time.process_time() - own, redis_cpu() - server
+            results[kind].append((own / jobs * 1e6, server / jobs * 1e6))
+    broker.close()
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Calls a task's jobs send in the round trips of their own begin and settling, rather than
+in round trips of their own (``job.run_job``, ``batches.run_batch``).
+
+A task whose class sets ``dq_rides`` (a ``Rides``) has, for each dispatch of its jobs:
+
+- ``Rides.at_begin(...)``: a call sent right after the job's ``begin``, in the same round
+  trip (one pipeline: each script on its own, in order, on one connection; a batch's
+  begins first, then their calls). It must check itself that the begin let the dispatch
+  run (the call sees the begin's writes). Its reply, or the DelayQueueError it met, is
+  ``begun(job_id)`` while the attempt runs; a job begun again (a batch's long run, a job
+  with a rate) keeps the reply of its first begin;
+- ``settle_with(job_id, call, report, unsent)``, from the task's code: ``call`` goes in the
+  round trip that acks or fails the job, before the ack or the fail (a batch's: at its
+  end), and ``report(reply)`` is called after it.
+
+``delayqueue.run_django_task`` records a Django task's start with its job's begin, and its
+outcome with the ack (delayqueue/django_tasks/attempts.py): no round trip of its own."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from delayqueue.engine import transitions
+from delayqueue.engine.execution import run_direct, run_many
+from delayqueue.engine.keys import QueueKeys
+from delayqueue.errors import DelayQueueError
+
+logger = logging.getLogger("delayqueue.runner.job")
+
+RIDES = "dq_rides"  # the task class's attribute: its Rides
+
+
+class Rides(Protocol):
+    def at_begin(
+        self,
+        keys: QueueKeys,
+        job_id: str,
+        token: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        request: Any,
+        due_ms: int | None,
+    ) -> transitions.ScriptCall[Any] | None:
+        """The call to send after the begin of the dispatch ``token`` of job ``job_id``,
+        whose Celery task is called with ``args`` and ``kwargs`` (``request``: the Celery
+        request of the message; ``due_ms``: its due time when known); None for none."""
+
+
+class _NotRidden:
+    def __repr__(self) -> str:
+        return "NOT_RIDDEN"
+
+
+NOT_RIDDEN: Any = _NotRidden()  # begun(): no call rode with this job's begin
+
+
+def of(task: Any) -> Rides | None:
+    """The ``Rides`` of a task (the task, or its bound ``run``), or None."""
+    rides = getattr(getattr(task, "__self__", task), RIDES, None)
+    return rides if callable(getattr(rides, "at_begin", None)) else None
+
+
+def ride(
+    rides: Rides | None,
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    request: Any,
+    due_ms: int | None,
+) -> transitions.ScriptCall[Any] | None:
+    """``rides.at_begin(...)``; None when there are no rides or they cannot make their
+    call (logged: the task's code then goes without, as when none rode)."""
+    if rides is None:
+        return None
+    try:
+        return rides.at_begin(keys, job_id, token, args, kwargs, request, due_ms)
+    except Exception:
+        logger.exception("job %s on %s: no call rides with its begin", job_id, keys.queue)
+        return None
+
+
+def begin_with(
+    begin: transitions.ScriptCall[transitions.Begun], call: transitions.ScriptCall[Any]
+) -> tuple[transitions.Begun, Any]:
+    """``begin`` and ``call`` in one round trip: the begin's reply (its error raised), and
+    the call's reply or error."""
+    began, ridden = run_many([begin, call])
+    if isinstance(began, DelayQueueError):
+        raise began
+    return began, ridden
+
+
+class _Running(threading.local):
+    job_id: str | None = None
+    begun: Any = NOT_RIDDEN
+    settle: Any = None
+
+
+_running = _Running()
+
+
+@contextmanager
+def running(job_id: str, begun: Any, settle: Any) -> Iterator[None]:
+    """While job ``job_id`` runs in this thread: its ``begun`` reply, and the ``settle``
+    (runner.attempt.Settle) its ack or fail goes to."""
+    before = (_running.job_id, _running.begun, _running.settle)
+    _running.job_id, _running.begun, _running.settle = job_id, begun, settle
+    try:
+        yield
+    finally:
+        _running.job_id, _running.begun, _running.settle = before
+
+
+def begun(job_id: str) -> Any:
+    """The reply (or DelayQueueError) of the call that rode with the begin of job
+    ``job_id``, running in this thread; NOT_RIDDEN when none did."""
+    return _running.begun if _running.job_id == job_id else NOT_RIDDEN
+
+
+def settle_with(
+    job_id: str,
+    call: transitions.ScriptCall[Any],
+    report: Callable[[Any], None],
+    unsent: str,
+) -> bool:
+    """Send ``call`` in the round trip that settles job ``job_id``, running in this thread,
+    before its ack or fail, and ``report(reply)`` after it (the reply is the DelayQueueError
+    it met when it could not be written: ``unsent`` says what that means, for the log).
+    False, and nothing sent, when no such job runs here: the caller sends it itself."""
+    if _running.job_id != job_id or _running.settle is None:
+        return False
+    _running.settle.add(call, report, unsent)
+    return True
+
+
+class SettleTogether:
+    """The settling of one job of its own message whose task rides: what its code adds
+    and its ack or fail, sent in one round trip by ``send`` (runner.attempt.Settle)."""
+
+    def __init__(self) -> None:
+        self.calls: list[transitions.ScriptCall[Any]] = []
+        self.reports: list[Callable[[Any], None]] = []
+        self.unsent: list[str] = []
+
+    def add(
+        self, call: transitions.ScriptCall[Any], report: Callable[[Any], None], unsent: str
+    ) -> None:
+        self.calls.append(call)
+        self.reports.append(report)
+        self.unsent.append(unsent)
+
+    def send(self) -> None:
+        calls, reports, unsent = self.calls, self.reports, self.unsent
+        self.calls, self.reports, self.unsent = [], [], []
+        if not calls:
+            return
+        try:
+            # (strict=False: under DURABLE, a replica slow to acknowledge is a warning)
+            if len(calls) == 1 and calls[0].resend_safe:
+                replies = [run_direct(calls[0], strict=False)]
+            else:
+                replies = run_many(calls)
+        except DelayQueueError as exc:
+            replies = [exc] * len(calls)
+        for reply, what in zip(replies, unsent, strict=True):
+            if isinstance(reply, DelayQueueError):
+                logger.error("%s (%s)", what, reply)
+        for report, reply in zip(reports, replies, strict=True):
+            report(reply)
