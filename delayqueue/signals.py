@@ -97,6 +97,12 @@ schedule_ticked = Signal()
 #: running keeps its token and may still ack the job.
 job_forced_back = Signal()
 
+#: An in-flight job went back to scheduled without a failure of its task, its attempt given
+#: back: the broker refused its dispatch, or a Celery worker could not run the message's form
+#: (it is sent again, one job to a message). ``reason``, ``delay_ms`` (how long until it is
+#: due again). Sent by the delay worker, or by the Celery worker that discarded a batch.
+job_released = Signal()
+
 #: Dead jobs were deleted, their data too (admin, command line: "delete", "purge all").
 #: ``count``, ``job_ids`` (the ids deleted, or None for "purge all", which deletes the
 #: oldest by count). No ``job_id``.
@@ -133,6 +139,7 @@ ALL = {
     "limited": job_limited,
     "ticked": schedule_ticked,
     "forced_back": job_forced_back,
+    "released": job_released,
     "purged": dead_purged,
     "paused": queue_paused,
     "resumed": queue_resumed,

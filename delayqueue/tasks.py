@@ -18,14 +18,16 @@ from celery import Task, shared_task
 from celery.signals import task_unknown, worker_process_init, worker_ready, worker_shutdown
 from django.db import close_old_connections
 
-from delayqueue.engine import presence, transitions
+from delayqueue.engine import presence
 from delayqueue.engine.execution import run, run_all, warm_up
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.record import utf8_safe
 from delayqueue.errors import DelayQueueError
+from delayqueue.observability import reported
 from delayqueue.runner import batches, riders
 from delayqueue.runner.attempt import failure_call
 from delayqueue.runner.job import dispatch_visibility_ms, run_job
+from delayqueue.signals import SENDER_CELERY_WORKER
 from delayqueue.wire import (
     HEADER_CLAIMED,
     HEADER_ID,
@@ -236,8 +238,8 @@ def _unbatch_unknown(queue: Any, task: Any, entries: Any, hostname: str) -> None
             logger.error("delayqueue: %s; its jobs are sent one to a message from now on", reason)
         keys = queue_keys(queue)
         releases = [
-            transitions.release(
-                keys, job.id, token=job.token, delay_ms=0, give_back=True, reason=reason
+            reported.release(
+                SENDER_CELERY_WORKER, keys, job.id, token=job.token, delay_ms=0, reason=reason
             )
             for job in jobs
         ]

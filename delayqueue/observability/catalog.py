@@ -81,6 +81,25 @@ FORCED_BACK = Event(
     sent=("queue", "job_id", "reason"),
 )
 
+HANDED_OVER = Event(
+    "handed_over",
+    None,  # (its dispatch sent job_dispatched; what the task does next, delayqueue never sees)
+    DEBUG,
+    "job %s on %s acked as it was published: the Celery worker that runs it has no "
+    "delayqueue side to ack it",
+    lambda f: (f["job_id"], f["queue"]),
+)
+
+RELEASED = Event(
+    "released",
+    signals.job_released,
+    DEBUG,  # (the delay worker logs each outage or fallback once, at ERROR)
+    "in-flight job %s on %s back to scheduled, its attempt given back, due in %s ms: %s",
+    lambda f: (f["job_id"], f["queue"], f["delay_ms"], f["reason"]),
+    extras=("reason", "delay_ms"),
+    sent=("queue", "job_id", "reason", "delay_ms"),
+)
+
 DEAD_PURGED = Event(
     "purged",
     signals.dead_purged,

@@ -29,10 +29,12 @@ from delayqueue.observability.catalog import (
     DISPATCHED_BATCH,
     FAILED,
     FORCED_BACK,
+    HANDED_OVER,
     LOG_EACH_DISPATCH,
     QUEUE_PAUSED,
     QUEUE_RESUMED,
     REAPED,
+    RELEASED,
     REQUEUED,
     RESCHEDULED,
     SCHEDULE_PAUSED,
@@ -96,6 +98,14 @@ def requeued(sender: str, queue: str, job_id: str, task: str | None = None) -> N
 
 def forced_back(sender: str, queue: str, job_id: str, reason: str) -> None:
     emit(FORCED_BACK, sender, queue=queue, job_id=job_id, reason=reason)
+
+
+def handed_over(queue: str, job_id: str) -> None:
+    emit(HANDED_OVER, SENDER_DELAY_WORKER, queue=queue, job_id=job_id)
+
+
+def released(sender: str, queue: str, job_id: str, reason: str, delay_ms: int) -> None:
+    emit(RELEASED, sender, queue=queue, job_id=job_id, reason=reason, delay_ms=delay_ms)
 
 
 def dead_purged(sender: str, queue: str, count: int, job_ids: list[str] | None = None) -> None:

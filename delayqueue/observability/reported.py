@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from delayqueue.engine import schedules, transitions
+from delayqueue.engine.begin_reply import Begun
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.transitions import (
     Cancelled,
@@ -134,6 +135,30 @@ def claim(
 
 
 # ---- the Celery side: ack, fail ----------------------------------------------------------
+
+
+def begin(
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    *,
+    visibility_ms: int,
+    horizon_ms: int = 0,
+    after: int = 0,
+) -> ScriptCall[Begun]:
+    """The Celery side's start of a dispatch (``transitions.begin``). Its one state change
+    of its own, a job its rate puts back to scheduled, reports ``job_limited``'s line here;
+    an expired job's move to dead is ``expire``, and ``job_started`` is sent when the task
+    starts (after a job handed over ahead is held until its due time: runner/attempt.py)."""
+
+    def report(begun: Begun) -> None:
+        if begun.limited_until is not None:
+            limit_events.started_over_rate(keys.queue, job_id, begun.limited_until)
+
+    call = transitions.begin(
+        keys, job_id, token, visibility_ms=visibility_ms, horizon_ms=horizon_ms, after=after
+    )
+    return reporting(call, report)
 
 
 class Settling(NamedTuple):
@@ -270,6 +295,41 @@ def reap(keys: QueueKeys, *, limit: int, max_attempts: int) -> ScriptCall[Reaped
         events.reaped(keys.queue, reaped.rescheduled, reaped.dead)
 
     return reporting(transitions.reap(keys, limit=limit, max_attempts=max_attempts), report)
+
+
+def handed_over(keys: QueueKeys, job_id: str, token: str) -> ScriptCall[bool]:
+    """In flight -> gone, at its publish, for a message run by a Celery worker without
+    delayqueue's side (nothing else would ack it): the ``handed_over`` line."""
+
+    def report(acked: bool) -> None:
+        if acked:
+            events.handed_over(keys.queue, job_id)
+
+    return reporting(transitions.ack(keys, job_id, token), report)
+
+
+def release(
+    sender: str,
+    keys: QueueKeys,
+    job_id: str,
+    *,
+    token: str,
+    delay_ms: int,
+    reason: str,
+    unless_begun: bool = False,
+) -> ScriptCall[bool]:
+    """In flight under ``token`` -> scheduled in ``delay_ms``, its attempt given back (a
+    broker outage, a form the Celery worker does not run): ``job_released``."""
+
+    def report(moved: bool) -> None:
+        if moved:
+            events.released(sender, keys.queue, job_id, reason, delay_ms)
+
+    call = transitions.release(
+        keys, job_id, token=token, delay_ms=delay_ms, give_back=True, reason=reason,
+        unless_begun=unless_begun,
+    )  # fmt: skip
+    return reporting(call, report)
 
 
 # ---- the admin's and the command line's -----------------------------------------------------

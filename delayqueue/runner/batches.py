@@ -42,7 +42,7 @@ from delayqueue.engine.execution import run_many
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
-from delayqueue.observability import limit_events
+from delayqueue.observability import reported
 from delayqueue.runner import riders
 from delayqueue.runner.attempt import Attempt, Backoff, run_attempt
 from delayqueue.runner.expired import bury_expired
@@ -171,7 +171,7 @@ def _begin(
     may run."""
     horizon = min(HORIZON_MS, visibility_ms // 2)
     calls = [
-        transitions.begin(
+        reported.begin(
             keys,
             j.id,
             j.token,
@@ -207,7 +207,7 @@ def _begin(
         elif began.expired:
             bury_expired(keys, queue, job.id)
         elif began.limited_until is not None:
-            limit_events.started_over_rate(queue, job.id, began.limited_until)
+            pass  # back to scheduled, reported by the call
         elif not began.run:
             logger.warning(
                 "job %s on %s: stale dispatch (token %s), not run", job.id, queue, job.token

@@ -13,12 +13,11 @@ from typing import Any
 from celery import current_task
 
 from delayqueue.conf import get_settings
-from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
-from delayqueue.observability import limit_events
+from delayqueue.observability import reported
 from delayqueue.runner import riders
 from delayqueue.runner.attempt import Attempt, Backoff, SettleNow, run_attempt
 from delayqueue.runner.expired import bury_expired
@@ -80,7 +79,7 @@ def run_job(
     try:
         # (strict=False: under DURABLE, a replica slow to acknowledge is a warning; the begin
         # is written, and the run must not be given up for it)
-        begin = transitions.begin(keys, job_id, token, visibility_ms=visibility_ms)
+        begin = reported.begin(keys, job_id, token, visibility_ms=visibility_ms)
         ride = riders.ride(rides, keys, job_id, token, args, kwargs, request, due_ms)
         if ride is None:
             started = run_direct(begin, strict=False)
@@ -97,8 +96,7 @@ def run_job(
     if started.expired:
         bury_expired(keys, queue, job_id, _task_name(call))
         return None
-    if started.limited_until is not None:
-        limit_events.started_over_rate(queue, job_id, started.limited_until)
+    if started.limited_until is not None:  # (back to scheduled, reported by the call)
         return None
     if not started.run:
         logger.warning("job %s on %s: stale dispatch (token %s), not run", job_id, queue, token)

@@ -16,13 +16,13 @@ from typing import Any
 
 from celery import Celery, Task
 
-from delayqueue.engine import transitions
 from delayqueue.engine.execution import run_all
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.record import utf8_safe
 from delayqueue.errors import CorruptJob
 from delayqueue.integrations import otel, trace_context
-from delayqueue.observability import events
+from delayqueue.observability import events, reported
+from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.wire import (
     HEADER_BATCH,
     HEADER_CLAIMED,
@@ -250,7 +250,7 @@ class Dispatcher:
         handed_over = [job for send in sends if send.ack_on_publish for job in send.jobs]
         if handed_over:
             # Run by a Celery worker without delayqueue's side: nothing would ack them.
-            acks = [transitions.ack(queue_keys(j.queue), j.id, j.token) for j in handed_over]
+            acks = [reported.handed_over(queue_keys(j.queue), j.id, j.token) for j in handed_over]
             run_all(acks, strict=False)
 
     def _singles(self, send: Send) -> list[Send]:
@@ -279,12 +279,12 @@ class Dispatcher:
         reason = utf8_safe(f"broker unavailable: {exc}"[:500])
         delay_ms = int(self.outage_backoff * 1000)
         releases = [
-            transitions.release(
+            reported.release(
+                SENDER_DELAY_WORKER,
                 queue_keys(job.queue),
                 job.id,
                 token=job.token,
                 delay_ms=delay_ms,
-                give_back=True,
                 reason=reason,
             )
             for job in jobs

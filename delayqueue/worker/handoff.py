@@ -25,10 +25,12 @@ from typing import Any
 
 from celery import Task
 
-from delayqueue.engine import presence, transitions
+from delayqueue.engine import presence
 from delayqueue.engine.execution import run_all
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError
+from delayqueue.observability import reported
+from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.wire import RUN_BATCH, RUN_TASK, declared_batch, is_delayed_task
 
 logger = logging.getLogger("delayqueue.worker")
@@ -199,12 +201,12 @@ class HandoffWatch:
         try:
             presence.fall_back(task, FALLBACK[form], reason, self.worker_id)
             releases = [
-                transitions.release(
+                reported.release(
+                    SENDER_DELAY_WORKER,
                     queue_keys(sent.queue),
                     job_id,
                     token=token,
                     delay_ms=0,
-                    give_back=True,
                     reason=f"sent again: {reason}"[:500],
                     unless_begun=True,
                 )

@@ -12,14 +12,18 @@ from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 
+import delayqueue
 from delayqueue.engine import presence, transitions
 from delayqueue.engine.clients import get_raw_redis
 from delayqueue.engine.execution import run
 from delayqueue.engine.keys import global_keys, queue_keys
 from delayqueue.worker import handoff
 from delayqueue.worker.handoff import HandoffWatch
+from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
+from tests.support.recording import recording
 
 Q = queue_keys("tests")
 TASK = jobs.record.name
@@ -49,10 +53,13 @@ def test_a_batch_taken_and_not_begun_falls_back_and_its_jobs_come_back(
     r: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     watch, sent = watched()
-    with caplog.at_level(logging.WARNING, "delayqueue.worker"):
+    with caplog.at_level(logging.WARNING, "delayqueue.worker"), recording() as recorder:
         watch.check(lambda: 0)
         watch.check(lambda: 0)
         watch.current()
+    released = recorder.of("released")  # each job's give-back reports itself
+    assert sorted(event["job_id"] for event in released) == sorted(j for j, _ in sent)
+    assert all(event["reason"].startswith("sent again: ") for event in released)
     fallback = watch.handoff.fallbacks[TASK]
     assert fallback.form == "single" and "run_batch" in fallback.reason
     assert not watch.handoff.may_batch(TASK) and watch.handoff.may_run_task(TASK)
@@ -178,3 +185,17 @@ def test_the_admin_and_health_say_why_a_task_falls_back(
     assert any("celery@shop-1" in remark for remark in remarks)
     text = cli("health").stdout
     assert f"note: jobs of {TASK} are handed to Celery one to a message" in text
+
+
+def test_a_plain_task_sent_as_itself_is_acked_at_its_publish_and_says_so(
+    r: redis.Redis, parked_celery: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Celery worker without delayqueue's side runs it: the ack at publish is one call
+    that reports itself (the "handed_over" line)."""
+    presence.fall_back(jobs.plain.name, "plain", "no delayqueue side there", "test")
+    made = delayqueue.enqueue(jobs.plain.name, ["x"], delay=0, queue="tests", on_commit=False)
+    with caplog.at_level(logging.DEBUG, "delayqueue.jobs"):
+        DelayWorker(["tests"], celery_app=parked_celery).run_pass()
+    assert r.zscore(Q.inflight, made.id) is None and not r.exists(Q.job(made.id))
+    [line] = [rec for rec in caplog.records if getattr(rec, "transition", "") == "handed_over"]
+    assert line.getMessage().startswith(f"job {made.id} on tests acked as it was published")

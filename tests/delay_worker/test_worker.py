@@ -15,9 +15,11 @@ from django.test import override_settings
 
 from delayqueue.engine.execution import get_scripts
 from delayqueue.engine.keys import current_minute, new_job_id, queue_keys
+from delayqueue.signals import SENDER_DELAY_WORKER
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
 from tests.support.celery_apps import celery_app_on, parked_broker_url
+from tests.support.recording import recording
 from tests.support.redis_server import free_port
 
 Q = queue_keys("tests")
@@ -157,7 +159,12 @@ def test_broker_outage_puts_jobs_back_with_backoff(r: redis.Redis) -> None:
     dead_broker.conf.broker_transport_options = {"max_retries": 0}
     dead_broker.conf.task_publish_retry = False
     worker = DelayWorker(["tests"], celery_app=dead_broker)
-    worker.run_pass()
+    with recording() as recorder:
+        worker.run_pass()
+    [released] = recorder.of("released")  # the give-back reports itself
+    assert released["queue"] == "tests" and released["job_id"] == job.id
+    assert "broker unavailable" in released["reason"] and released["delay_ms"] >= 1_000
+    assert recorder.senders("released") == {SENDER_DELAY_WORKER}
     now = int(r.time()[0]) * 1000
     score = r.zscore(Q.scheduled, job.id)
     assert score is not None and score > now  # back, due after a backoff
