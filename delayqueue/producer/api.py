@@ -80,21 +80,21 @@ def delay_many(
     specs: Iterable[JobSpec], *, on_commit: bool = True, using: str | None = None
 ) -> list[Job]:
     """Write many jobs made with ``spec()`` in one round trip to Redis."""
-    batch = checked_batch(specs, "delay_many")
-    if batch:
-        submit(batch, on_commit, using)
-    return [s.job for s in batch]
+    items = checked_items(specs, "delay_many")
+    if items:
+        submit(items, on_commit, using)
+    return [s.job for s in items]
 
 
-def checked_batch(specs: Iterable[JobSpec], caller: str) -> list[JobSpec]:
-    batch = list(specs)
-    for index, item in enumerate(batch):
+def checked_items(specs: Iterable[JobSpec], caller: str) -> list[JobSpec]:
+    items = list(specs)
+    for index, item in enumerate(items):
         if not isinstance(item, JobSpec):
             raise NotSerializable(
                 f"{caller}() takes what delayqueue.spec() returns; item {index} is a "
                 f"{type(item).__name__}"
             )
-    return batch
+    return items
 
 
 def reschedule(

@@ -29,7 +29,7 @@ from delayqueue.engine.async_clients import aremember_queue
 from delayqueue.engine.async_execution import arun_all, arun_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.observability import events
-from delayqueue.producer.api import checked_batch, rescheduled_job
+from delayqueue.producer.api import checked_items, rescheduled_job
 from delayqueue.producer.job_spec import Job, JobSpec, OnConflict, spec
 from delayqueue.producer.moves import acancel, arun_on_shards, flag, moved, reschedule_calls
 from delayqueue.producer.writes import (
@@ -89,10 +89,10 @@ async def adelay_many(
     specs: Iterable[JobSpec], *, on_commit: bool = True, using: str | None = None
 ) -> list[Job]:
     """``delayqueue.delay_many`` on the running event loop: the jobs in one round trip."""
-    batch = checked_batch(specs, "adelay_many")
-    if batch:
-        await _asubmit(batch, on_commit, using)
-    return [s.job for s in batch]
+    items = checked_items(specs, "adelay_many")
+    if items:
+        await _asubmit(items, on_commit, using)
+    return [s.job for s in items]
 
 
 async def areschedule(

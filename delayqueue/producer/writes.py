@@ -1,5 +1,5 @@
 """Writing jobs: one on the direct connection, many in one round trip per queue and
-``BATCH`` jobs; inside ``atomic()``, all the jobs of a transaction in one write when it
+``CHUNK`` jobs; inside ``atomic()``, all the jobs of a transaction in one write when it
 commits (``on_commit``), and never on rollback."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def apply_reply(job: Job, reply: transitions.Enqueued) -> None:
     job.state = reply.state  # type: ignore[assignment]
 
 
-BATCH = 500  # jobs per enqueue call
+CHUNK = 500  # jobs per enqueue call (one round trip)
 
 
 def durable_of(specs: list[JobSpec]) -> bool | None:
@@ -42,7 +42,7 @@ def durable_of(specs: list[JobSpec]) -> bool | None:
 
 def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     """Write jobs: one on the direct connection, more in one round trip (their lines at
-    ``each_level``, with one line per batch when that is DEBUG). Durable ones wait for
+    ``each_level``, with one line per write when that is DEBUG). Durable ones wait for
     replicas in the same round trip (engine/execution.py)."""
     if len(specs) == 1:  # the latency path: delay_for() in a request
         job = specs[0].job
@@ -58,14 +58,14 @@ def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
 
 
 def chunked(specs: list[JobSpec]) -> list[list[JobSpec]]:
-    """The jobs of a write, one enqueue call per queue and BATCH jobs."""
+    """The jobs of a write, one enqueue call per queue and CHUNK jobs."""
     by_queue: dict[str, list[JobSpec]] = {}
     for s in specs:
         by_queue.setdefault(s.job.queue, []).append(s)
     return [
-        group[start : start + BATCH]
+        group[start : start + CHUNK]
         for group in by_queue.values()
-        for start in range(0, len(group), BATCH)
+        for start in range(0, len(group), CHUNK)
     ]
 
 
@@ -80,7 +80,7 @@ def enqueue_call(
     chunk: list[JobSpec], level: int = events.INFO
 ) -> transitions.ScriptCall[list[transitions.Enqueued]]:
     """The jobs of one queue -> scheduled, reporting ``job_scheduled`` per job at ``level``
-    (DEBUG: a batch's, summed up in one INFO line)."""
+    (DEBUG: each job of a delay_many, summed up in one INFO line)."""
     new = [
         transitions.NewJob(
             s.job.id, s.mode, s.ms, s.job.key or "", s.on_conflict, s.packed, s.limits
