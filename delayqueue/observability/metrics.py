@@ -91,6 +91,11 @@ REAPED = Counter(
     ["queue"],
 )
 REQUEUED = Counter("delayqueue_jobs_requeued", "Dead jobs put back to scheduled", ["queue"])
+RELEASED = Counter(
+    "delayqueue_jobs_released",
+    "In-flight jobs given back to scheduled without a failure (broker outage, fallback)",
+    ["queue"],
+)
 
 DISPATCH_LATENESS = Histogram(
     "delayqueue_dispatch_lateness_seconds",
@@ -166,6 +171,7 @@ _dispatched, _started, _succeeded, _retried = (
     _Children(RETRIED),
 )
 _dead, _reaped, _requeued = _Children(DEAD), _Children(REAPED), _Children(REQUEUED)
+_released = _Children(RELEASED)
 _dispatch_lateness, _start_lateness, _start_wait, _run_time = (
     _Children(DISPATCH_LATENESS),
     _Children(START_LATENESS),
@@ -226,6 +232,10 @@ def _on_requeued(*, queue: str, **_: Any) -> None:
     _requeued(queue).inc()
 
 
+def _on_released(*, queue: str, **_: Any) -> None:
+    _released(queue).inc()
+
+
 def _on_ticked(
     *, queue: str, schedule: str, lateness_ms: int, runs: bool, missed: int, **_: Any
 ) -> None:
@@ -246,6 +256,7 @@ _RECEIVERS: dict[Signal, Callable[..., None]] = {
     signals.job_dead: _on_dead,
     signals.job_reaped: _on_reaped,
     signals.job_requeued: _on_requeued,
+    signals.job_released: _on_released,
     signals.schedule_ticked: _on_ticked,
 }
 for _signal, _receiver in _RECEIVERS.items():
