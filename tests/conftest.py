@@ -17,7 +17,7 @@ import tests.support.fuzzing  # noqa: F401  (Hypothesis profiles, before any tes
 from delayqueue.engine import clients as connection
 from tests.support.celery_apps import celery_app_on, close_apps_made, parked_broker_url
 from tests.support.corrupt import parked_broker
-from tests.support.data_redis import delayqueue_redis, flush
+from tests.support.data_redis import delayqueue_redis, flush, reload_scripts
 from tests.support.processes import Process, child_env, start_celery_worker
 from tests.support.waiting import wait_for
 
@@ -46,6 +46,7 @@ def r() -> Iterator[redis.Redis]:
     flush(client)
     connection.reset()
     yield client
+    reload_scripts(client)
     client.close()
 
 

@@ -131,16 +131,44 @@ def run_pipelined(
     Only the calls Redis refused for a missing script are sent again: the others already
     ran, and running them twice would lose their replies (a claim's jobs, say)."""
     client = client or get_redis()
+    if len(calls) > 1:
+        _load_first_use(client, calls)
     replies, acked = _execute(client, calls, wait)
     missing = lost_scripts(replies)
     if missing:
         for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
             client.script_load(script.script)
+            _loaded.add((id(client), script.sha))
         again, acked_again = _execute(client, [calls[i] for i in missing], wait)
         acked = min(acked, acked_again)
         for i, reply in zip(missing, again, strict=True):
             replies[i] = reply
     return replies, acked
+
+
+# (client, script) pairs this process has loaded: a pipeline whose calls depend on their
+# order (a Django task's outcome before its ack, runner/riders.py) must not have its first
+# call refused for a script Redis never saw while the next one runs. So the first time a
+# pipeline of several calls uses a script on a client, it is loaded first (one round trip,
+# once per process). Redis losing its scripts later (a restart) refuses every call of such
+# a pipeline alike, unless another process has loaded some of them again in between: that
+# window, one round trip after a restart, this does not close.
+_loaded: set[tuple[int, str]] = set()
+
+
+def _load_first_use(client: Redis, calls: list[Call]) -> None:
+    new = {c[0].sha: c[0] for c in calls if (id(client), c[0].sha) not in _loaded}
+    if not new:
+        return
+    if is_cluster(client):  # (SCRIPT LOAD goes to every master; a cluster pipeline refuses it)
+        for script in new.values():
+            client.script_load(script.script)
+    else:
+        pipe = client.pipeline(transaction=False)
+        for script in new.values():
+            pipe.script_load(script.script)
+        pipe.execute()
+    _loaded.update((id(client), sha) for sha in new)
 
 
 def _execute(client: Redis, calls: list[Call], wait: Wait | None) -> tuple[list[Any], int]:

@@ -631,3 +631,24 @@ def test_one_keyless_job_whose_bucket_is_not_a_hash_leaves_the_scheduled_zset_as
         enqueue("A", 60_000)
     assert r.zrange(Q.scheduled, 0, -1, withscores=True) == before
     assert r.get(bucket) == "planted"
+
+
+def test_a_pipeline_keeps_its_order_when_redis_never_saw_its_first_script(
+    r: redis.Redis,
+) -> None:
+    """A rider's call goes before the ack in one pipeline (runner/riders.py): were its script
+    refused as unknown while the next call ran, the two would run in the wrong order."""
+    from delayqueue.engine import execution
+
+    spec = pack(TASK, '["x"]', "", "3", "", "")
+    job_id = new_job_id()
+    made = transitions.NewJob(job_id, "delay", 60_000, "", "keep", spec)
+    r.script_flush()
+    execution._loaded.clear()
+    r.script_load(get_scripts()["cancel"].script)  # Redis knows only the second call's script
+    written, cancelled = execution.run_many(
+        [transitions.enqueue(Q, [made], wake_horizon_ms=WAKE_HORIZON_MS),
+         transitions.cancel(Q, job_id=job_id)]
+    )  # fmt: skip
+    assert [w.id for w in written] == [job_id] and cancelled.removed
+    assert not exists(r, job_id)  # written, then cancelled: in the order given

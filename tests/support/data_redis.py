@@ -63,3 +63,19 @@ def only_on(*topologies: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(
         TOPOLOGY not in topologies, reason=f"needs the {' or '.join(topologies)} topology"
     )
+
+
+def reload_scripts(client: redis.Redis) -> None:
+    """Load again every script a test flushed (``SCRIPT FLUSH``): the processes that outlive
+    it (a session's Celery worker) reload a script as they find it missing, one call at a
+    time, and a pipeline whose first script was not reloaded yet while its second was runs
+    out of order (docs/design.md, "Scripts in a pipeline keep their order"). One
+    ``SCRIPT EXISTS`` when none is missing."""
+    from delayqueue.engine.execution import get_scripts
+
+    scripts = get_scripts()
+    every = [value for value in vars(scripts).values() if hasattr(value, "sha")]
+    if isinstance(client, RedisCluster) or all(client.script_exists(*(s.sha for s in every))):
+        return
+    for script in every:
+        client.script_load(script.script)
