@@ -14,7 +14,7 @@ from delayqueue.engine import queues
 from delayqueue.engine.execution import run, run_all
 from delayqueue.engine.keys import check_job_id, check_queue_name, queue_keys
 from delayqueue.errors import InvalidDelay
-from delayqueue.observability import reported
+from delayqueue.observability import reported, reported_acts
 from delayqueue.signals import SENDER_ADMIN
 
 RETRY_CHUNK = 500
@@ -90,7 +90,7 @@ def force_back(queue: str, ids: Sequence[str], reason: str) -> ActionResult:
     attempt counts. A dispatch still running keeps its token and may still ack the job."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    replies = run_all([reported.force_back(SENDER_ADMIN, keys, i, reason[:500]) for i in ids])
+    replies = run_all([reported_acts.force_back(SENDER_ADMIN, keys, i, reason[:500]) for i in ids])
     return _sorted("force back", ids, replies)
 
 
@@ -117,7 +117,7 @@ def delete_dead(queue: str, ids: Sequence[str]) -> ActionResult:
     """Dead jobs -> gone (their data too)."""
     keys = queue_keys(check_queue_name(queue))
     ids = _ids(ids)
-    replies = run_all([reported.purge_ids(SENDER_ADMIN, keys, [i]) for i in ids])
+    replies = run_all([reported_acts.purge_ids(SENDER_ADMIN, keys, [i]) for i in ids])
     return _sorted("delete", ids, [reply == 1 for reply in replies])
 
 
@@ -152,7 +152,7 @@ def purge_all_dead(queue: str, *, chunk: int = PURGE_CHUNK) -> BulkResult:
     result = BulkResult("purge all")
     budget = queues.count(queue, "dead", [])
     while budget > 0:
-        deleted = run(reported.purge_oldest(SENDER_ADMIN, keys, min(chunk, budget)))
+        deleted = run(reported_acts.purge_oldest(SENDER_ADMIN, keys, min(chunk, budget)))
         if not deleted:
             break
         result.done += deleted
@@ -174,10 +174,10 @@ def pause(queue: str, note: str) -> bool:
     # A note from a command line may hold bytes that are not UTF-8 (as lone surrogates):
     # kept, escaped, rather than refused by the Redis client's encoder.
     text = note[:200].encode("utf-8", "backslashreplace").decode() or "paused"
-    return run(reported.pause(SENDER_ADMIN, keys, text))
+    return run(reported_acts.pause(SENDER_ADMIN, keys, text))
 
 
 def resume(queue: str) -> bool:
     """Let workers claim from the queue again, and wake them so due jobs go at once. False
     when it was not paused."""
-    return run(reported.resume(SENDER_ADMIN, queue_keys(check_queue_name(queue))))
+    return run(reported_acts.resume(SENDER_ADMIN, queue_keys(check_queue_name(queue))))

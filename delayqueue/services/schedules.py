@@ -20,7 +20,7 @@ from delayqueue.engine.schedule_record import ScheduleRecord
 from delayqueue.engine.transitions import ScriptCall
 from delayqueue.errors import CorruptSchedule, RedisError, RedisUnavailable
 from delayqueue.integrations import otel
-from delayqueue.observability import reported
+from delayqueue.observability import reported, reported_acts
 from delayqueue.periodic import planner
 from delayqueue.periodic.planner import RECORD_ERRORS
 from delayqueue.periodic.rules import EPOCH, upcoming
@@ -156,7 +156,7 @@ def pause(name: str) -> bool:
     stored = _with_record(name, "paused")
     if stored is None:
         return False
-    call = reported.pause_schedule(SENDER_ADMIN, queue_keys(stored.queue), name)
+    call = reported_acts.pause_schedule(SENDER_ADMIN, queue_keys(stored.queue), name)
     return _on_record(call, name, "paused")
 
 
@@ -172,7 +172,7 @@ def resume(name: str) -> bool:
         next_ms = planner.rule_of(stored).next_after(redis_now())
         # (the record keeps its rule, its counts and its last run: only the plan is new)
         planned = planner.plan_call(stored.queue, name, next_ms, spec, None)
-        call = reported.resume_schedule(SENDER_ADMIN, planned, stored.queue, name, next_ms)
+        call = reported_acts.resume_schedule(SENDER_ADMIN, planned, stored.queue, name, next_ms)
     except RedisUnavailable:
         raise
     except RECORD_ERRORS as exc:
