@@ -13,6 +13,11 @@ figure: the median over the rounds of the ref ("before") and of the working tree
 their ratio, each side's median of the figure over its baseline measured in the same run
 (raw EVALSHA, plain Celery...: what the machine's load did to that run), and each round's
 values. A figure one side has and the other lacks shows "-".
+
+``--pick COMMIT`` (repeatable) applies a commit to the ref's checkout before it runs
+(``git cherry-pick --no-commit``): a fix to the bench's own harness that came after the ref,
+such as the plain ``delay()`` baseline of the burst, which could not send its backlog in time
+on a slow run. Pick only commits that touch ``bench/`` baselines, never the code measured.
 """
 
 from __future__ import annotations
@@ -120,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="bench runs per side")
     parser.add_argument("--only", default=DEFAULT_ONLY, help="scenarios, as python -m bench")
     parser.add_argument("--smoke", action="store_true", help="python -m bench --smoke")
+    parser.add_argument("--pick", action="append", default=[], help="a commit of bench fixes "
+                        "applied to the ref's checkout (repeatable)")  # fmt: skip
     parser.add_argument("--table", type=Path, help="only print the table of the figures a "
                         "run left in this directory (before-N.json, after-N.json)")  # fmt: skip
     options = parser.parse_args(argv)
@@ -136,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 cwd=ROOT,
                 check=True,
             )
+        for commit in options.pick:
+            subprocess.run(["git", "cherry-pick", "--no-commit", commit], cwd=ref_tree, check=True)
         try:
             for side, tree in (("before", ref_tree), ("after", after_tree)):
                 print(f"{side}: {tree} imports {which_delayqueue(tree)}", flush=True)
