@@ -264,3 +264,45 @@ def test_the_demo_prints_its_spans_with_trace_to_console(r: redis.Redis) -> None
     assert stored is not None
     assert stored[3:35] == request["context"]["trace_id"].removeprefix("0x")
     assert stored[36:52] == request["context"]["span_id"].removeprefix("0x")
+
+
+API_ONLY = """
+import django
+django.setup()
+from types import SimpleNamespace
+from opentelemetry import trace
+from delayqueue.integrations import otel
+from delayqueue.integrations.trace_context import pack_context
+assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+TRACE_ID, SPAN_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+
+def attempt(stored):
+    return SimpleNamespace(queue="q", job_id="j", task="t", number=1, due_ms=None, trace=stored)
+
+def call():
+    return otel.scheduling_context("q", "k", "t")
+
+settle = object()
+plain = otel.around_attempt(attempt(""), call, settle)
+print("plain", plain[0] is call and plain[1] is settle, repr(plain[0]()))
+traced = otel.around_attempt(attempt(pack_context(f"00-{TRACE_ID}-{SPAN_ID}-01")), call, settle)
+print("traced", traced[0] is call, traced[0]()[3:35] == TRACE_ID)
+"""
+
+
+def test_with_the_api_alone_only_a_job_that_carries_a_context_is_wrapped() -> None:
+    # With opentelemetry-api and no SDK's provider set, an attempt span is the current span
+    # again: a job without a context runs its call as it is (nothing to pay for), and a job
+    # with one still has it made current, so the jobs its task schedules keep its trace.
+    done = subprocess.run(
+        [sys.executable, "-c", API_ONLY],
+        cwd=ROOT,
+        env=child_env(DJANGO_SETTINGS_MODULE="tests.settings"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "plain True ''" in lines
+    assert "traced False True" in lines
