@@ -281,7 +281,7 @@ def _parse_started(reply: Any) -> TaskStarted | None:
     then the results hash's started, last, workers and errors as written ("": absent)."""
     if not reply:
         return None
-    attempt, stored_max, started, last, workers, errors = (_text(v) for v in reply)
+    attempt, stored_max, started, last, workers, errors = map(_text, reply)
     return TaskStarted(
         int(attempt),
         int(stored_max) if stored_max else None,
