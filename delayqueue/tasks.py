@@ -18,7 +18,7 @@ from celery import Task, shared_task
 from celery.signals import task_unknown, worker_process_init, worker_ready, worker_shutdown
 from django.db import close_old_connections
 
-from delayqueue.engine import presence
+from delayqueue.engine import direct_pipeline, presence
 from delayqueue.engine.execution import run, run_all, warm_up
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.record import utf8_safe
@@ -50,6 +50,7 @@ def _warm_up_pool_process(**kwargs: Any) -> None:
     before its first job, not during it (about 10 ms the first job would wait)."""
     try:
         warm_up()
+        direct_pipeline.warm_up()  # (the connection a job's begin and its ride go on)
     except Exception as exc:  # Redis down now: the first job connects, or says why
         logger.warning("delayqueue could not reach Redis yet: %s", exc)
 

@@ -12,6 +12,12 @@ is logged, the outcome stands. Run where no call rode with the begin (an older r
 test calling the task), the attempt records its start and its outcome itself, one round
 trip each.
 
+The attempt's ``TaskResult`` is made once, when something needs it: the task's
+``TaskContext``, or a signal someone hears (``compat.heard``: not when its only receiver is
+Django's own log line and its logger drops that line), and carried from RUNNING to its
+outcome in place, as Django's own backends carry theirs. The outcome written leaves the
+workers as the start wrote them, and the errors as they were when the attempt succeeded.
+
 The attempt number is delayqueue's own (the job's ``att``, counted by ``claim`` and given
 back by ``reap`` for a dispatch that never started); a job's result keeps a worker id per
 attempt, so ``TaskContext.attempt`` (``len(worker_ids)``) is that number for a job whose
@@ -21,11 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
-
-from django.utils import timezone
 
 from delayqueue.conf import get_settings
 from delayqueue.django_tasks import results, starts
@@ -33,8 +38,10 @@ from delayqueue.django_tasks.backend import DelayQueueBackend
 from delayqueue.django_tasks.compat import (
     Task,
     TaskContext,
+    TaskError,
     TaskResult,
     TaskResultStatus,
+    heard,
     normalize_json,
     task_finished,
     task_started,
@@ -72,50 +79,152 @@ def run_attempt(
     if dispatch is None:
         return _call(task, None, args, kwargs)
     job_id = dispatch[1]
-    started = timezone.now()
-    begun = _started(riders.begun(job_id), queue, job_id, request, started, path, args,
+    start_ms = _now_ms()
+    begun = _started(riders.begun(job_id), queue, job_id, request, start_ms, path, args,
                      kwargs, backend, priority, result_ttl)  # fmt: skip
-    attempt = begun.attempt
-    history = results.History.of(begun.result)
-    if begun.result.started == begun.result.last_attempt:
-        history.started_at = started  # this attempt's is the first start
-    history.last_attempted_at = started  # (what the begin wrote was provisional: starts.py)
-    result = results.make_result(
-        task, job_id, args, kwargs, backend, TaskResultStatus.RUNNING, history
-    )
-    task_started.send(sender=DelayQueueBackend, task_result=result)
+    run = _Run(task, job_id, args, kwargs, backend, begun, start_ms)
+    if task.takes_context or heard(task_started, logging.INFO):
+        task_started.send(sender=DelayQueueBackend, task_result=run.result())
     try:
-        value = _call(task, result, args, kwargs)
+        value = _call(task, run.made, args, kwargs)
         returned = json.dumps(value)
     except Exception as exc:
-        finished = timezone.now()
-        history.errors = [*history.errors, _error_of(exc)][-results.MAX_KEPT :]
-        max_attempts = begun.max_attempts
+        run.failed(queue, result_ttl, exc)
+        raise
+    run.succeeded(queue, result_ttl, value, returned)
+    return value
+
+
+class _Run:
+    """One attempt as it goes: what its start found (``begun``), its own start, and its
+    ``TaskResult``, made only when something needs it (the task's context, a signal that
+    someone hears: ``compat.heard``), then once, and carried from RUNNING to its outcome as
+    Django's own backends carry theirs (one object, its fields set in place)."""
+
+    __slots__ = ("task", "job_id", "args", "kwargs", "backend", "begun", "start_ms", "first",
+                 "made")  # fmt: skip
+
+    def __init__(
+        self,
+        task: Task[Any, Any],
+        job_id: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        backend: str,
+        begun: task_results.TaskStarted,
+        start_ms: int,
+    ) -> None:
+        self.task, self.job_id, self.args, self.kwargs = task, job_id, args, kwargs
+        self.backend, self.begun, self.start_ms = backend, begun, start_ms
+        # this attempt's start is the job's first (what the begin wrote was provisional)
+        self.first = begun.result.started == begun.result.last_attempt
+        self.made: TaskResult[Any] | None = None
+
+    def result(self) -> TaskResult[Any]:
+        """The attempt's result, RUNNING when first made."""
+        if self.made is None:
+            history = results.History.of(self.begun.result)
+            start = results.from_ms(self.start_ms)
+            if self.first:
+                history.started_at = start
+            history.last_attempted_at = start
+            self.made = results.make_result(
+                self.task, self.job_id, self.args, self.kwargs, self.backend,
+                TaskResultStatus.RUNNING, history,
+            )  # fmt: skip
+        return self.made
+
+    def succeeded(self, queue: str, result_ttl: int, value: Any, returned: str) -> None:
+        finished_ms = _now_ms()
+
+        def then() -> None:
+            if heard(task_finished, logging.INFO):
+                self._send_finished(TaskResultStatus.SUCCESSFUL, finished_ms, value=value)
+
+        self._record(queue, result_ttl, TaskResultStatus.SUCCESSFUL, finished_ms, then,
+                     returned=returned)  # fmt: skip
+
+    def failed(self, queue: str, result_ttl: int, exc: Exception) -> None:
+        finished_ms = _now_ms()
+        error = _error_of(exc)
+        errors = [*results.History.of(self.begun.result).errors, error][-results.MAX_KEPT :]
+        max_attempts = self.begun.max_attempts
         if max_attempts is None:
             max_attempts = get_settings().max_attempts
+        last = self.begun.attempt >= max_attempts  # delayqueue sends it to dead: finished
 
-        def failed() -> None:
-            if attempt >= max_attempts:  # delayqueue sends it to dead: it has finished
-                history.finished_at = finished
-                _failed(task, job_id, args, kwargs, backend, history)
+        def then() -> None:
+            if last:
+                self._send_finished(TaskResultStatus.FAILED, finished_ms, error=error)
 
-        _record_outcome(queue, job_id, result_ttl, TaskResultStatus.FAILED, finished, history,
-                        None, failed)  # fmt: skip
-        raise
-    history.finished_at = timezone.now()
+        written = json.dumps([list(e) for e in errors])
+        self._record(queue, result_ttl, TaskResultStatus.FAILED, finished_ms, then,
+                     errors=written)  # fmt: skip
 
-    def succeeded() -> None:
+    def _record(
+        self,
+        queue: str,
+        result_ttl: int,
+        status: TaskResultStatus,
+        finished_ms: int,
+        then: Callable[[], None],
+        *,
+        returned: str | None = None,
+        errors: str | None = None,
+    ) -> None:
+        """Record how the attempt ended, in the round trip of the job's ack or fail when
+        the runner settles it (else now), then call ``then``. A Redis that cannot take it
+        does not change the outcome: the job is acked or failed as the task returned or
+        raised, and its result says RUNNING until it expires. Written: the status, when it
+        ended, this attempt's start (and the first start when it is this one: else it
+        stands as stored), the return value or the errors. The workers stand as the start
+        wrote them, and a success leaves the errors as they are."""
+        job_id = self.job_id
+        call = task_results.task_finished(
+            queue_keys(queue), job_id, result_ttl, status=status.value,
+            finished_ms=finished_ms, started_ms=self.start_ms if self.first else None,
+            last_attempt_ms=self.start_ms, returned=returned, errors=errors,
+        )  # fmt: skip
+        unsent = f"job {job_id} on {queue}: its result ({status.value}) could not be recorded"
+
+        def report(reply: Any) -> None:
+            then()
+
+        if riders.settle_with(job_id, call, report, unsent):
+            return
         try:
-            finished = results.finished_result(result, history.finished_at, value)
-            task_finished.send(sender=DelayQueueBackend, task_result=finished)
-        except Exception:
-            logger.exception("job %s: a task_finished receiver raised", job_id)
+            run_direct(call, durable=False, strict=False)
+        except DelayQueueError as exc:
+            logger.error("%s (%s)", unsent, exc)
+        then()
 
-    _record_outcome(
-        queue, job_id, result_ttl, TaskResultStatus.SUCCESSFUL, history.finished_at, history,
-        returned, succeeded,
-    )  # fmt: skip
-    return value
+    def _send_finished(
+        self,
+        status: TaskResultStatus,
+        finished_ms: int,
+        *,
+        value: Any = None,
+        error: tuple[str, str] | None = None,
+    ) -> None:
+        """``task_finished``, once the outcome is written: a receiver that raises is logged
+        (the job is settled already)."""
+        try:
+            result = self.result()
+            if error is not None:
+                failure = TaskError(exception_class_path=error[0], traceback=error[1])
+                errors = [*result.errors, failure][-results.MAX_KEPT :]
+                object.__setattr__(result, "errors", errors)
+            object.__setattr__(result, "status", status)
+            object.__setattr__(result, "finished_at", results.from_ms(finished_ms))
+            if status == TaskResultStatus.SUCCESSFUL:
+                object.__setattr__(result, "_return_value", value)
+            task_finished.send(sender=DelayQueueBackend, task_result=result)
+        except Exception:
+            logger.exception("job %s: a task_finished receiver raised", self.job_id)
+
+
+def _now_ms() -> int:
+    return round(time.time() * 1000)
 
 
 def task_of(path: str, priority: int, queue_name: str, backend: str) -> Task[Any, Any]:
@@ -138,7 +247,7 @@ def _started(
     queue: str,
     job_id: str,
     request: Any,
-    started: Any,
+    start_ms: int,
     path: str,
     args: list[Any],
     kwargs: dict[str, Any],
@@ -154,32 +263,13 @@ def _started(
     if isinstance(ridden, task_results.TaskStarted):
         return ridden
     call = starts.started_call(
-        queue_keys(queue), job_id, now_ms=results.to_ms(started), request=request, path=path,
+        queue_keys(queue), job_id, now_ms=start_ms, request=request, path=path,
         args=args, kwargs=kwargs, backend=backend, priority=priority, result_ttl=result_ttl,
     )  # fmt: skip
     begun = run_direct(call, durable=False, strict=False)
     if begun is None:  # (no token given: it always writes)
         raise DelayQueueError(f"job {job_id} on {queue}: its start was not recorded")
     return begun
-
-
-def _failed(
-    task: Task[Any, Any],
-    job_id: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    backend: str,
-    history: results.History,
-) -> None:
-    """``task_finished`` of the last failure, once the outcome is written: a receiver that
-    raises is logged (the job is settled already)."""
-    try:
-        failed = results.make_result(
-            task, job_id, args, kwargs, backend, TaskResultStatus.FAILED, history
-        )
-        task_finished.send(sender=DelayQueueBackend, task_result=failed)
-    except Exception:
-        logger.exception("job %s: a task_finished receiver raised", job_id)
 
 
 def _call(
@@ -194,38 +284,6 @@ def _call(
     else:
         value = task.call(*args, **kwargs)
     return normalize_json(value)
-
-
-def _record_outcome(
-    queue: str,
-    job_id: str,
-    result_ttl: int,
-    status: TaskResultStatus,
-    finished: Any,
-    history: results.History,
-    returned: str | None,
-    then: Callable[[], None],
-) -> None:
-    """Record how the attempt ended, in the round trip of the job's ack or fail when the
-    runner settles it (else now), then call ``then``. A Redis that cannot take it does not
-    change the outcome: the job is acked or failed as the task returned or raised, and its
-    result says RUNNING until it expires."""
-    call = task_results.task_finished(
-        queue_keys(queue), job_id, result_ttl, status=status.value,
-        finished_ms=results.to_ms(finished), returned=returned, **history.written(),
-    )  # fmt: skip
-    unsent = f"job {job_id} on {queue}: its result ({status.value}) could not be recorded"
-
-    def report(reply: Any) -> None:
-        then()
-
-    if riders.settle_with(job_id, call, report, unsent):
-        return
-    try:
-        run_direct(call, durable=False, strict=False)
-    except DelayQueueError as exc:
-        logger.error("%s (%s)", unsent, exc)
-    then()
 
 
 def _error_of(exc: BaseException) -> tuple[str, str]:

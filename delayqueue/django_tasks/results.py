@@ -20,7 +20,6 @@ app's package (``known_task``)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import importlib
 import json
@@ -225,23 +224,6 @@ def make_result(
     )
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", return_value)
-    return result
-
-
-def finished_result(
-    running: TaskResult[Any], finished_at: datetime | None, return_value: Any
-) -> TaskResult[Any]:
-    """``running`` (``make_result``'s, RUNNING) as it succeeded: a copy, not made again (its
-    arguments are normalized once)."""
-    result = copy.copy(running)
-    for name, value in (
-        ("status", TaskResultStatus.SUCCESSFUL),
-        ("finished_at", finished_at),
-        ("errors", list(running.errors)),
-        ("worker_ids", list(running.worker_ids)),
-        ("_return_value", return_value),
-    ):
-        object.__setattr__(result, name, value)
     return result
 
 

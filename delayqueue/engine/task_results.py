@@ -225,21 +225,23 @@ def task_finished(
     *,
     status: str,
     finished_ms: int,
-    workers: str,
-    errors: str,
+    workers: str | None = None,
+    errors: str | None = None,
     started_ms: int | None = None,
     last_attempt_ms: int | None = None,
     returned: str | None = None,
 ) -> ScriptCall[bool]:
     """The call that writes how an attempt of job ``job_id`` ended into its results hash
-    (lua/task_finished.lua: ``workers``, ``errors``, ``returned`` are JSON; a start not
+    (lua/task_finished.lua: ``workers``, ``errors``, ``returned`` are JSON; a field not
     given is left as it is) and gives it ``ttl_seconds`` to live from now."""
     fields = {
         TaskResultField.STATUS: status,
         TaskResultField.FINISHED: str(finished_ms),
-        TaskResultField.WORKERS: workers,
-        TaskResultField.ERRORS: errors,
     }
+    if workers is not None:
+        fields[TaskResultField.WORKERS] = workers
+    if errors is not None:
+        fields[TaskResultField.ERRORS] = errors
     if started_ms is not None:
         fields[TaskResultField.STARTED] = str(started_ms)
     if last_attempt_ms is not None:
@@ -253,9 +255,13 @@ def task_finished(
         "task_finished",
         [keys.task_result(job_id)],
         argv,
-        lambda reply: int(reply) == 1,
+        _is_one,
         resend_safe=True,  # the same fields written again
     )
+
+
+def _is_one(reply: Any) -> bool:
+    return int(reply) == 1
 
 
 class TaskStarted(NamedTuple):
@@ -263,20 +269,29 @@ class TaskStarted(NamedTuple):
     not begun, and wrote nothing): the attempt (the job's, counted by claim), its
     max attempts (None: not stored, the default applies; 0: not readable, so fail.lua sends
     the job to dead at its next failure) and the results hash's history fields as written
-    (``_STARTED_READ``; the others None)."""
+    (``_parse_started``; the others None)."""
 
     attempt: int
     max_attempts: int | None
     result: ResultFields
 
 
-# What task_started.lua reads back, in its reply's order.
-_STARTED_READ = (
-    TaskResultField.STARTED,
-    TaskResultField.LAST_ATTEMPT,
-    TaskResultField.WORKERS,
-    TaskResultField.ERRORS,
-)
+def _parse_started(reply: Any) -> TaskStarted | None:
+    """task_started.lua's reply: {} (nothing written), else the attempt, its max attempts,
+    then the results hash's started, last, workers and errors as written ("": absent)."""
+    if not reply:
+        return None
+    attempt, stored_max, started, last, workers, errors = map(_text, reply)
+    return TaskStarted(
+        int(attempt),
+        int(stored_max) if stored_max else None,
+        ResultFields(
+            started=started or None,
+            last_attempt=last or None,
+            workers=workers or None,
+            errors=errors or None,
+        ),
+    )
 
 
 def task_started(
@@ -300,34 +315,19 @@ def task_started(
     attempt's number and ``worker`` added, its first start kept. With the dispatch's fencing
     ``token`` (the call sent right after that dispatch's begin, in its round trip), only
     when that begin let it run."""
-    fields = {
-        TaskResultField.TASK: task,
-        TaskResultField.ARGS: args,
-        TaskResultField.KWARGS: kwargs,
-        TaskResultField.BACKEND: backend,
-        TaskResultField.PRIORITY: priority,
-        TaskResultField.STATUS: status,
-    }
-
-    def parse(reply: Any) -> TaskStarted | None:
-        if not reply:
-            return None
-        attempt, stored_max, *values = (_text(v) for v in reply)
-        return TaskStarted(
-            int(attempt),
-            int(stored_max) if stored_max else None,
-            result_fields(
-                {name: value for name, value in zip(_STARTED_READ, values, strict=True) if value}
-            ),
-        )
-
-    argv: list[Any] = [now_ms, worker, ttl_seconds, kept, token]
-    for field, value in fields.items():
-        argv += [field, value]
+    argv: list[Any] = [
+        now_ms, worker, ttl_seconds, kept, token,
+        TaskResultField.TASK, task,
+        TaskResultField.ARGS, args,
+        TaskResultField.KWARGS, kwargs,
+        TaskResultField.BACKEND, backend,
+        TaskResultField.PRIORITY, priority,
+        TaskResultField.STATUS, status,
+    ]  # fmt: skip
     return ScriptCall(
         "task_started",
         [keys.task_result(job_id), keys.job(job_id)],
         argv,
-        parse,
+        _parse_started,
         resend_safe=True,  # sent again, it finds its own attempt and start: nothing added
     )

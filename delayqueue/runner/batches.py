@@ -15,6 +15,9 @@ fail) them all at its end. What it trades (docs/design.md, "Batched hand-off"):
   again, so a long batch never lets its later jobs be reaped while it still holds them.
 - A task with rides (``riders.py``) sends its calls in the same round trips: one after each
   job's first begin, and what its code adds before each job's ack or fail.
+- The round trips go on a direct connection (engine/direct_pipeline.py: hiredis packs the
+  calls and reads the replies), or through redis-py's pipeline where one of the calls is
+  not safe to send twice (a fail), on a Redis Cluster, or with DURABLE.
 - A job with a rate is counted at its begin (begin.lua, docs/limits.md), at the latest
   instant it may start: its begin's, or, when the rate's window has room for every job the
   batch still starts after it, that instant plus a horizon (up to HORIZON, at most a tenth
@@ -38,7 +41,7 @@ from celery import current_task
 
 from delayqueue.conf import get_settings
 from delayqueue.engine import transitions
-from delayqueue.engine.execution import run_many
+from delayqueue.engine.direct_pipeline import run_many_direct
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
 from delayqueue.integrations import trace_context
@@ -90,7 +93,7 @@ class _Settle:
         if not self.calls:
             return
         try:
-            replies = run_many(self.calls)
+            replies = run_many_direct(self.calls)  # (run_many where a call is a fail)
         except DelayQueueError as exc:
             # Not raised: the jobs ran. They stay in flight and are reaped and run again
             # after their visibility timeout (at least once).
@@ -189,7 +192,7 @@ def _begin(
             if ride is not None:
                 ridden.append((j, ride))
     try:
-        replies = run_many([*calls, *(ride for _, ride in ridden)])
+        replies = run_many_direct([*calls, *(ride for _, ride in ridden)])
         replied = time.monotonic()
     except DelayQueueError as exc:
         logger.error(

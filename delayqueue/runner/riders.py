@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from delayqueue.engine import transitions
-from delayqueue.engine.execution import run_direct, run_many
+from delayqueue.engine.direct_pipeline import run_many_direct
+from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.errors import DelayQueueError
 
@@ -89,8 +90,8 @@ def begin_with(
     begin: transitions.ScriptCall[transitions.Begun], call: transitions.ScriptCall[Any]
 ) -> tuple[transitions.Begun, Any]:
     """``begin`` and ``call`` in one round trip: the begin's reply (its error raised), and
-    the call's reply or error."""
-    began, ridden = run_many([begin, call])
+    the call's reply or error (on a direct connection: engine/direct_pipeline.py)."""
+    began, ridden = run_many_direct([begin, call])
     if isinstance(began, DelayQueueError):
         raise began
     return began, ridden
@@ -165,7 +166,7 @@ class SettleTogether:
             if len(calls) == 1 and calls[0].resend_safe:
                 replies = [run_direct(calls[0], strict=False)]
             else:
-                replies = run_many(calls)
+                replies = run_many_direct(calls)  # (run_many's where one is not resend-safe)
         except DelayQueueError as exc:
             replies = [exc] * len(calls)
         for reply, what in zip(replies, unsent, strict=True):

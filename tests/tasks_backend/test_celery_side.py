@@ -7,6 +7,7 @@ the Celery worker runs them; the last test runs them on real prefork and threads
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -24,10 +25,12 @@ from django.conf import settings  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from delayqueue.django_tasks import results  # noqa: E402
 from delayqueue.django_tasks.job_args import RUN_DJANGO_TASK  # noqa: E402
-from delayqueue.engine import direct  # noqa: E402
-from delayqueue.engine.execution import get_scripts  # noqa: E402
-from delayqueue.engine.keys import queue_keys  # noqa: E402
+from delayqueue.engine import direct, direct_pipeline  # noqa: E402
+from delayqueue.engine.execution import get_scripts, run_direct  # noqa: E402
+from delayqueue.engine.keys import TaskResultField, queue_keys  # noqa: E402
+from delayqueue.engine.transitions import ScriptCall  # noqa: E402
 from delayqueue.wire import RUN_BATCH  # noqa: E402
 from delayqueue.worker.handoff import AUTO_BATCH_FROM  # noqa: E402
 from delayqueue.worker.loop import DelayWorker  # noqa: E402
@@ -59,29 +62,38 @@ def delayqueue_backend() -> Iterator[None]:
 
 class RoundTrips:
     """Round trips that carry delayqueue's scripts (EVALSHA), counted as they are sent:
-    redis-py's (a pipeline is one) and the direct connections'. The tasks' own Redis
+    redis-py's (a pipeline is one; also counted apart, ``pooled``) and the direct
+    connections' (one call, or several: engine/direct_pipeline.py). The tasks' own Redis
     commands carry none."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
+        self.count = self.pooled = 0
         with delayqueue_redis() as client:  # every script loaded: none is sent twice
             for script in vars(get_scripts()).values():
                 client.script_load(script.script)
         send = redis.connection.AbstractConnection.send_packed_command
         exchange = direct._Link.exchange
+        exchange_all = direct_pipeline._PipelinedLink.exchange_all
 
         def counted_send(connection: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
             chunks = [command] if isinstance(command, bytes | str) else list(command)
-            self._seen(b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks))
+            packed = b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks)
+            self.pooled += b"EVALSHA" in packed
+            self._seen(packed)
             return send(connection, command, *args, **kwargs)
 
         def counted_exchange(link: Any, packed: bytes) -> Any:
             self._seen(packed)
             return exchange(link, packed)
 
+        def counted_exchange_all(link: Any, packed: bytes, count: int) -> Any:
+            self._seen(packed)
+            return exchange_all(link, packed, count)
+
         monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command",
                             counted_send)  # fmt: skip
         monkeypatch.setattr(direct._Link, "exchange", counted_exchange)
+        monkeypatch.setattr(direct_pipeline._PipelinedLink, "exchange_all", counted_exchange_all)
 
     def _seen(self, packed: bytes) -> None:
         if b"EVALSHA" in packed:
@@ -120,6 +132,7 @@ def test_a_django_task_s_job_costs_the_round_trips_of_a_delay_for_job(
     assert run_here(parked_celery, django) == 5
     assert plain_trips == 2  # begin, then ack
     assert trips.count == plain_trips  # begin with the start, then the outcome with the ack
+    assert trips.pooled == 0  # both on direct connections, not through redis-py's pipeline
     result = tasks.add.get_result(made.id)
     assert result.status == Status.SUCCESSFUL and result.return_value == 5
     assert len(result.worker_ids) == 1 and result.attempts == 1
@@ -215,6 +228,91 @@ def test_a_task_finished_receiver_that_raises_is_logged_and_the_job_stays_settle
     assert "task_finished receiver raised" in caplog.text
     assert tasks.add.get_result(made.id).status == Status.SUCCESSFUL
     assert not r.exists(Q.job(made.id))  # acked once, not failed
+
+
+@pytest.fixture
+def only_the_framework_listens() -> Iterator[str]:
+    """Django's own receivers of task_started and task_finished alone (the suite's, which
+    report each signal, disconnected); the name of the framework's logger."""
+    uids = ("tests.support.tasks_framework.started", "tests.support.tasks_framework.finished")
+    compat.task_started.disconnect(dispatch_uid=uids[0])
+    compat.task_finished.disconnect(dispatch_uid=uids[1])
+    try:
+        yield compat._LOGGER.name
+    finally:
+        compat.task_started.connect(tasks._started, dispatch_uid=uids[0])
+        compat.task_finished.connect(tasks._finished, dispatch_uid=uids[1])
+
+
+def test_signals_only_django_s_dropped_log_lines_hear_are_not_sent_nor_their_results_made(
+    r: redis.Redis,
+    parked_celery: Celery,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    only_the_framework_listens: str,
+) -> None:
+    framework = only_the_framework_listens
+    quiet, logged = tasks.add.enqueue("quiet", 1, 2), tasks.add.enqueue("logged", 2, 3)
+    messages = {m.dispatch[1]: m for m in dispatched(parked_celery)}
+    made: list[str] = []
+    make = results.make_result
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(args[1])
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(results, "make_result", counted)
+    with caplog.at_level(logging.WARNING, framework):  # its lines (INFO) dropped
+        assert run_here(parked_celery, messages[quiet.id]) == 3
+    assert made == []  # nothing would have read a TaskResult
+    with caplog.at_level(logging.INFO, framework):
+        assert run_here(parked_celery, messages[logged.id]) == 5
+    assert made == [logged.id]  # one, for both signals
+    lines = [rec.getMessage() for rec in caplog.records if rec.name == framework]
+    assert [line.split(" state=")[1] for line in lines] == ["RUNNING", "SUCCESSFUL"]
+    assert all(f"id={logged.id} " in line for line in lines)
+    monkeypatch.undo()
+    for each in (quiet, logged):
+        result = tasks.add.get_result(each.id)
+        assert result.status == Status.SUCCESSFUL and len(result.worker_ids) == 1
+        assert ms(result.started_at) == ms(result.last_attempted_at) <= ms(result.finished_at)
+
+
+def test_a_job_whose_first_attempt_the_previous_build_recorded_is_finished_by_this_one(
+    r: redis.Redis, parked_celery: Celery
+) -> None:
+    """The previous build wrote the workers and errors again with every outcome; this one
+    leaves the workers as its start wrote them and writes the errors only on a failure.
+    task_started.lua and task_finished.lua take the same arguments (docs/tasks-backend.md,
+    "Rolling deploys")."""
+    made = tasks.fails_first.enqueue("deploy")
+    (first,) = dispatched(parked_celery)
+    assert isinstance(run_here(parked_celery, first), ValueError)  # attempt 1 fails ...
+    stored = r.hgetall(Q.task_result(made.id))
+    # ... and its outcome is as the previous build wrote it (task_finished.lua's ARGV)
+    previous: list[Any] = [86400]
+    for field, value in (
+        (TaskResultField.STATUS, "FAILED"),
+        (TaskResultField.FINISHED, stored[TaskResultField.FINISHED]),
+        (TaskResultField.WORKERS, json.dumps(["previous@host"])),
+        (TaskResultField.ERRORS, json.dumps([["builtins.ValueError", "its traceback"]])),
+        (TaskResultField.STARTED, stored[TaskResultField.STARTED]),
+        (TaskResultField.LAST_ATTEMPT, stored[TaskResultField.LAST_ATTEMPT]),
+    ):
+        previous += [field, value]
+    run_direct(ScriptCall("task_finished", [Q.task_result(made.id)], previous, bool,
+                          resend_safe=True))  # fmt: skip
+    r.zadd(Q.scheduled, {made.id: 0})  # due again now (its backoff skipped)
+    (again,) = dispatched(parked_celery)
+    assert run_here(parked_celery, again) == 2
+    result = tasks.fails_first.get_result(made.id)
+    assert result.status == Status.SUCCESSFUL and result.return_value == 2
+    assert result.worker_ids[0] == "previous@host" and len(result.worker_ids) == 2
+    assert [(e.exception_class_path, e.traceback) for e in result.errors] == [
+        ("builtins.ValueError", "its traceback")
+    ]
+    assert ms(result.started_at) == int(stored[TaskResultField.STARTED])
+    assert ms(result.started_at) < ms(result.last_attempted_at) <= ms(result.finished_at)
 
 
 @pytest.mark.parametrize("pool", ["prefork", "threads"])

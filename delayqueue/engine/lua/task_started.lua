@@ -37,13 +37,17 @@ local kept = whole(ARGV[4], 1, 1000)
 if not now or not ttl or not kept or #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR task_started: ARGV is now ms, worker, ttl s, kept, token, pairs')
 end
-local bad = wrong_type({KEYS[1], 'hash'})
-if bad then return bad end
+-- What earlier attempts recorded there; a results key of another type is an error, and is
+-- left alone.
+local before = redis.pcall('HMGET', KEYS[1], 'workers', 'att', 'last', 'started', 'errors')
+if before.err then
+  return redis.error_reply('WRONGTYPE delayqueue: ' .. KEYS[1] .. ' is a ' ..
+                           key_type(KEYS[1]) .. ', not a hash')
+end
 local job = hash_fields(KEYS[2], 'att', 'max', 'tok', 'began') or {}
 if ARGV[5] ~= '' and not (job[3] == ARGV[5] and job[4] == ARGV[5]) then return {} end
 -- The workers so far (a JSON list of str), this one appended; a stored list that is huge,
 -- not UTF-8 or not a JSON list of str starts afresh.
-local before = redis.call('HMGET', KEYS[1], 'workers', 'att', 'last', 'started')
 local earlier = {}
 local stored = before[1]
 if stored and #stored <= MAX_WORKERS_BYTES and utf8_text(stored) == stored then
@@ -65,10 +69,16 @@ local workers = {}
 local from = #earlier - kept + (resent and 1 or 2)
 for i = math.max(1, from), #earlier do workers[#workers + 1] = earlier[i] end
 if not resent or #workers == 0 then workers[#workers + 1] = utf8_text(ARGV[2]) end
-local fields = {'att', att, 'last', ARGV[1], 'workers', cjson.encode(workers)}
+local encoded = cjson.encode(workers)
+local fields = {'att', att, 'last', ARGV[1], 'workers', encoded}
+-- What the hash holds once written (the reply's started, last, workers, errors): later
+-- fields of one HSET win over earlier ones.
+local found = {before[4], ARGV[1], encoded, before[5]}
+local slot = {started = 1, last = 2, workers = 3, errors = 4}
 for i = 6, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
+  if slot[ARGV[i]] then found[slot[ARGV[i]]] = ARGV[i + 1] end
 end
 redis.call('HDEL', KEYS[1], 'finished', 'ret')
 -- The first attempt's start stays; one that is no time (cut off, planted, past the year
@@ -76,12 +86,11 @@ redis.call('HDEL', KEYS[1], 'finished', 'ret')
 if not whole(before[4], 0, MAX_TIME_MS) then
   fields[#fields + 1] = 'started'
   fields[#fields + 1] = ARGV[1]
+  found[1] = ARGV[1]
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('EXPIRE', KEYS[1], ttl)
-local written = redis.call('HMGET', KEYS[1], 'started', 'last', 'workers', 'errors')
-local found = {}
-for i, v in ipairs(written) do found[i] = v and utf8_text(v) or '' end
+for i = 1, 4 do found[i] = found[i] and utf8_text(found[i]) or '' end
 -- Max attempts as fail.lua reads them: "" when not stored (the default), "0" when not an
 -- integer in bounds (fail.lua sends the job to dead at its next failure).
 local max_text = ''
