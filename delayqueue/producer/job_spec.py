@@ -13,7 +13,7 @@ from celery import Task
 
 from delayqueue.celery_app import resolve_task
 from delayqueue.conf import Settings, get_settings
-from delayqueue.engine.keys import check_queue_name, limit_name, new_job_id
+from delayqueue.engine.keys import check_queue_name, limit_name, new_job_id, new_job_ids
 from delayqueue.engine.limits import Limits, limits_arg
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
@@ -249,10 +249,10 @@ def spec_many(
     queue = logical(first.job.queue)
     sharded = shard_count(queue) > 1
     limited = bool(first.limits.partition("\n")[2])  # (its jobs share their limit's shard)
-    for index, args in enumerate(rest, 1):
+    later = list(rest)
+    for index, (args, job_id) in enumerate(zip(later, new_job_ids(len(later)), strict=True), 1):
         _positional(args, index)
         packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
-        job_id = new_job_id()
         shard = shard_for(queue, job_id) if sharded and not limited else first.job.queue
         job = Job(id=job_id, queue=shard, task=first.job.task)
         specs.append(
