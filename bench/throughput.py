@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from bench import baselines
 from bench.env import BROKER_DB, DQ_DB, BenchEnv
 from bench.report import Figure
+from delayqueue.engine.keys import queue_keys
 from delayqueue.producer import api
 from delayqueue.worker.claimed import Claimed
 from delayqueue.worker.loop import DelayWorker
@@ -228,10 +230,12 @@ def _named_task(name: str) -> Any:
     return _named[name]
 
 
-def _bytes_written(env: BenchEnv, task: Any, n: int, writer: str, keyed: bool) -> float:
+def _bytes_written(
+    env: BenchEnv, task: Any, n: int, writer: str, keyed: bool
+) -> tuple[float, dict[str, Any]]:
     """Redis bytes per job of ``n`` jobs ``task(i)`` due in 1-2 hours, written by
     ``delay_many`` (1,000 per call) or ``delay_for`` (one at a time), each with a dedupe
-    key or none."""
+    key or none; and how Redis encodes the queue's specs buckets then."""
     env.flush()
     task.delay_for(0, seconds=3_600, key="warm" if keyed else None, on_commit=False)
     before = env.used_memory()
@@ -247,7 +251,15 @@ def _bytes_written(env: BenchEnv, task: Any, n: int, writer: str, keyed: bool) -
                 for i in range(start, min(n, start + 1_000))
             ]  # fmt: skip
             api.delay_many(specs, on_commit=False)
-    return (env.used_memory() - before) / n
+    per_job = (env.used_memory() - before) / n
+    client = env.client()
+    prefix = queue_keys(QUEUE).spec_prefix
+    encodings = Counter(
+        client.object("encoding", bucket)
+        for bucket in client.scan_iter(match=prefix + "*", count=1_000)
+    )
+    client.close()
+    return per_job, {"bucket_encodings": dict(encodings)}
 
 
 def _beside_huey(env: BenchEnv, n: int) -> list[Figure]:
@@ -260,15 +272,15 @@ def _beside_huey(env: BenchEnv, n: int) -> list[Figure]:
         huey, size = baselines.huey_bytes_per_job(env, n, name)
         label = f"huey layout (zset of {size} B pickled messages)"
         for writer in ("delay_many", "delay_for"):
-            per_job = _bytes_written(env, task, n, writer, keyed=False)
+            per_job, seen = _bytes_written(env, task, n, writer, keyed=False)
             figures.append(Figure(
                 "memory", f"bytes/job, {len(name)}-char task path, {n:,} by {writer}", per_job,
-                "B/job", label, huey, "≤ 185 B/job", per_job <= 185, {"task": name},
+                "B/job", label, huey, "≤ 185 B/job", per_job <= 185, {"task": name, **seen},
             ))  # fmt: skip
-        per_job = _bytes_written(env, task, n, "delay_many", keyed=True)
+        per_job, seen = _bytes_written(env, task, n, "delay_many", keyed=True)
         figures.append(Figure(
             "memory", f"bytes/job, {len(name)}-char task path + key, {n:,} by delay_many",
-            per_job, "B/job", label, huey, detail={"task": name},
+            per_job, "B/job", label, huey, detail={"task": name, **seen},
         ))  # fmt: skip
     env.flush()
     return figures

@@ -66,9 +66,13 @@ end
 -- error, or each job's outcome when some job has a hash).
 local J = ARGV  -- the jobs, 7 strings per job from J[3] on (the plain layout: see below)
 if plain then
-  local mode, dues = ARGV[4], {}
+  local mode, dues, last_ms, last_due = ARGV[4], {}, nil, nil
   for i = 5, #ARGV, 3 do
-    local due = due_of(mode, ARGV[i + 1])
+    local ms, due = ARGV[i + 1], last_due  -- (a batch's jobs mostly share their ms)
+    if ms ~= last_ms then
+      due = due_of(mode, ms)
+      last_ms, last_due = ms, due
+    end
     if ARGV[i] == '' or not due or not is_spec(ARGV[i + 2]) then
       return redis.error_reply('ERR enqueue: plain job ' .. (i - 5) / 3 .. ' has a bad id, '
                                .. 'ms (a time between years 1 and 9999) or spec')
