@@ -3,9 +3,14 @@ delayqueue figures are read against."""
 
 from __future__ import annotations
 
+import pickle
+import sys
 import time
+import types
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import redis
 
@@ -73,15 +78,18 @@ def fill_zset(client: redis.Redis, key: str, count: int) -> None:
         pipe.execute()
 
 
-def zadd_pipeline_rate(env: BenchEnv, n: int) -> float:
-    """Jobs/s of pipelines of 1,000 ZADDs (no job data at all)."""
+def zadd_pipeline_rate(env: BenchEnv, n: int, flush: bool = True) -> float:
+    """Jobs/s of pipelines of 1,000 ZADDs (no job data at all); ``flush=False`` adds to
+    the members already there (new ones: their names go on from the zset's size)."""
     client = raw_client(env)
-    client.flushdb()
+    if flush:
+        client.flushdb()
     now = int(time.time() * 1000)
+    base = client.zcard("raw:zset")
     started = time.perf_counter()
-    for start in range(0, n, 1000):
+    for start in range(base, base + n, 1000):
         pipe = client.pipeline(transaction=False)
-        for i in range(start, min(n, start + 1000)):
+        for i in range(start, min(base + n, start + 1000)):
             pipe.zadd("raw:zset", {f"{i:026d}": now + i})
         pipe.execute()
     return n / (time.perf_counter() - started)
@@ -120,3 +128,78 @@ def eta_at(ms: float) -> datetime:
     """The aware datetime of an epoch millisecond (half a millisecond in, so that flooring
     it back to milliseconds gives ``ms``)."""
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(ms) + 0.5)
+
+
+class HueyMessage(NamedTuple):
+    """The fields of huey's ``huey.registry.Message`` (huey 3.x), in its order: what huey
+    pickles for each task it stores."""
+
+    id: str
+    name: str
+    eta: datetime | None
+    retries: int
+    retry_delay: int
+    priority: int | None
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+    on_complete: object = None
+    on_error: object = None
+    expires: object = None
+    expires_resolved: object = None
+    timeout: object = None
+    chord_config: object = None
+    retry_backoff: int = 0
+
+
+def huey_messages(task: str, calls: list[tuple[tuple[object, ...], datetime]]) -> list[bytes]:
+    """The bytes huey stores for each ``task(*args)`` scheduled at ``eta`` of ``calls``: its
+    default serializer's ``pickle.dumps(message, HIGHEST_PROTOCOL)`` of a
+    ``huey.registry.Message`` with a uuid4 id, the task's defaults (retries 0, retry_delay
+    0, no priority, ...), the args tuple and empty kwargs. Only pickled (never unpickled);
+    huey itself need not be installed: the class is pickled under huey's module path, as
+    huey's own is."""
+    saved = {name: sys.modules.get(name) for name in ("huey", "huey.registry")}
+    module = types.ModuleType("huey.registry")
+    module.Message = HueyMessage  # type: ignore[attr-defined]
+    HueyMessage.__module__, HueyMessage.__qualname__ = "huey.registry", "Message"
+    sys.modules["huey"], sys.modules["huey.registry"] = types.ModuleType("huey"), module
+    try:
+        return [
+            pickle.dumps(
+                HueyMessage(str(uuid.uuid4()), task, eta, 0, 0, None, args, {}),
+                pickle.HIGHEST_PROTOCOL,
+            )
+            for args, eta in calls
+        ]
+    finally:
+        HueyMessage.__module__, HueyMessage.__qualname__ = __name__, "HueyMessage"
+        for name, was in saved.items():
+            if was is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = was
+
+
+def huey_bytes_per_job(env: BenchEnv, n: int, task: str) -> tuple[float, int]:
+    """Redis bytes per task scheduled the way huey's RedisStorage stores one
+    (``add_to_schedule``: ``ZADD huey.schedule.<name> {message: eta timestamp}``), ``n``
+    tasks ``task(i)`` due in 1-2 hours; and the size of the last message."""
+    client = raw_client(env)
+    client.flushdb()
+    before = env.used_memory()
+    now = datetime.now(UTC).replace(tzinfo=None)  # (huey keeps naive UTC etas)
+    size = 0
+    for start in range(0, n, 1_000):
+        calls: list[tuple[tuple[object, ...], datetime]] = [
+            ((i,), now + timedelta(seconds=3_600 + (i * 7_919) % 3_600))
+            for i in range(start, min(n, start + 1_000))
+        ]
+        messages = huey_messages(task, calls)
+        size = len(messages[-1])
+        pipe = client.pipeline(transaction=False)
+        for message, (_, eta) in zip(messages, calls, strict=True):
+            pipe.zadd("huey.schedule.bench", {message: eta.timestamp()})
+        pipe.execute()
+    per_job = (env.used_memory() - before) / n
+    client.flushdb()
+    return per_job, size

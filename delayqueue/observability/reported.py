@@ -19,11 +19,12 @@ reply means to the outside world.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
-from delayqueue.engine import transitions
+from delayqueue.engine import plain_enqueue, transitions
 from delayqueue.engine.begin_reply import Begun
 from delayqueue.engine.keys import QueueKeys
+from delayqueue.engine.plain_enqueue import PlainWritten
 from delayqueue.engine.transitions import (
     Cancelled,
     Claim,
@@ -104,18 +105,80 @@ def enqueue(
         return call
 
     def report(replies: list[Enqueued]) -> None:
-        outcomes: dict[str, int] = {}
-        for written, one in zip(writing, replies, strict=True):
-            if each:
-                job = written.job
-                events.scheduled(
-                    sender, keys.queue, one.id, job.task, one.due_ms, job.key, one.outcome, level
-                )
-            outcomes[one.outcome] = outcomes.get(one.outcome, 0) + 1
-        if summed:
-            events.scheduled_batch(keys.queue, outcomes)
+        _scheduled(sender, keys.queue, writing, replies, each, summed, level)
 
     return reporting(call, report)
+
+
+class PlainWriting(Protocol):
+    """A plain job being written (the producer's ``JobSpec``): its handle, due ms and spec."""
+
+    @property
+    def job(self) -> NamedJob: ...
+    @property
+    def ms(self) -> int: ...
+    @property
+    def packed(self) -> str: ...
+
+
+class NamedJob(Named, Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+def enqueue_plain(
+    sender: str,
+    keys: QueueKeys,
+    mode: Literal["delay", "at"],
+    writing: Sequence[PlainWriting],
+    *,
+    wake_horizon_ms: int,
+    level: int = INFO,
+) -> ScriptCall[PlainWritten]:
+    """``enqueue`` for plain jobs all due in one ``mode`` (engine/plain_enqueue.py), with
+    the same events."""
+    call = plain_enqueue.enqueue_plain(
+        keys,
+        mode,
+        [w.job.id for w in writing],
+        [w.ms for w in writing],
+        [w.packed for w in writing],
+        wake_horizon_ms=wake_horizon_ms,
+    )
+    each = SCHEDULED.wanted(level)
+    summed = level == DEBUG and logger.isEnabledFor(INFO)
+    if not (each or summed):
+        return call
+
+    def report(reply: PlainWritten) -> None:
+        replies = reply.replies or [
+            Enqueued(w.job.id, reply.due_ms(mode, w.ms), "created", "scheduled") for w in writing
+        ]
+        _scheduled(sender, keys.queue, writing, replies, each, summed, level)
+
+    return reporting(call, report)
+
+
+def _scheduled(
+    sender: str,
+    queue: str,
+    writing: Sequence[Writing],
+    replies: list[Enqueued],
+    each: bool,
+    summed: bool,
+    level: int,
+) -> None:
+    """``job_scheduled`` per job when ``each``; one line for them all when ``summed``."""
+    outcomes: dict[str, int] = {}
+    for written, one in zip(writing, replies, strict=True):
+        if each:
+            job = written.job
+            events.scheduled(
+                sender, queue, one.id, job.task, one.due_ms, job.key, one.outcome, level
+            )
+        outcomes[one.outcome] = outcomes.get(one.outcome, 0) + 1
+    if summed:
+        events.scheduled_batch(queue, outcomes)
 
 
 # ---- claim: scheduled -> inflight (the delay worker) ------------------------------------

@@ -34,6 +34,7 @@ from delayqueue.producer.job_spec import Job, JobSpec, OnConflict, spec
 from delayqueue.producer.moves import acancel, arun_on_shards, flag, moved, reschedule_calls
 from delayqueue.producer.writes import (
     apply_reply,
+    chunk_call,
     chunked,
     defer,
     durable_of,
@@ -134,5 +135,5 @@ async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     for queue in {s.job.queue for s in specs}:
         await aremember_queue(queue)
     chunks = chunked(specs)
-    calls = [enqueue_call(chunk, each_level) for chunk in chunks]
+    calls = [chunk_call(chunk, each_level) for chunk in chunks]
     written(chunks, await arun_all(calls, durable=durable_of(specs)))

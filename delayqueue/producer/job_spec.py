@@ -13,7 +13,7 @@ from celery import Task
 
 from delayqueue.celery_app import resolve_task
 from delayqueue.conf import Settings, get_settings
-from delayqueue.engine.keys import check_queue_name, limit_name, new_job_id
+from delayqueue.engine.keys import check_queue_name, limit_name, new_job_id, new_job_ids
 from delayqueue.engine.limits import Limits, limits_arg
 from delayqueue.engine.packing import pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
@@ -247,17 +247,17 @@ def spec_many(
     max_bytes = int(get_settings().max_payload_bytes)
     specs = [first]
     queue = logical(first.job.queue)
-    sharded = shard_count(queue) > 1
     limited = bool(first.limits.partition("\n")[2])  # (its jobs share their limit's shard)
-    for index, args in enumerate(rest, 1):
-        _positional(args, index)
+    spread = shard_count(queue) > 1 and not limited  # (each job in its id's shard)
+    shard, name, mode, ms = first.job.queue, first.job.task, first.mode, first.ms
+    durable, limits = first.durable, first.limits
+    later = list(rest)
+    for index, (args, job_id) in enumerate(zip(later, new_job_ids(len(later)), strict=True), 1):
+        if type(args) is not tuple and type(args) is not list:
+            _positional(args, index)
         packed = f"{head}\n{encode_args(args, {}, max_bytes)[0]}\n{tail}"
-        job_id = new_job_id()
-        shard = shard_for(queue, job_id) if sharded and not limited else first.job.queue
-        job = Job(id=job_id, queue=shard, task=first.job.task)
-        specs.append(
-            JobSpec(job, first.mode, first.ms, "keep", packed, first.durable, first.limits)
-        )
+        job = Job(job_id, shard_for(queue, job_id) if spread else shard, name)
+        specs.append(JobSpec(job, mode, ms, "keep", packed, durable, limits))
     return specs
 
 

@@ -16,7 +16,9 @@ from delayqueue.engine import transitions
 from delayqueue.engine.clients import remember_queue
 from delayqueue.engine.execution import run_all, run_direct
 from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.plain_enqueue import PlainWritten
 from delayqueue.observability import events, reported
+from delayqueue.producer.due import Mode
 from delayqueue.producer.job_spec import Job, JobSpec
 from delayqueue.signals import SENDER_CLIENT
 
@@ -53,7 +55,7 @@ def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     for queue in {s.job.queue for s in specs}:
         remember_queue(queue)
     chunks = chunked(specs)
-    calls = [enqueue_call(chunk, each_level) for chunk in chunks]
+    calls = [chunk_call(chunk, each_level) for chunk in chunks]
     written(chunks, run_all(calls, durable=durable_of(specs)))
 
 
@@ -69,11 +71,59 @@ def chunked(specs: list[JobSpec]) -> list[list[JobSpec]]:
     ]
 
 
-def written(chunks: list[list[JobSpec]], replies: list[list[transitions.Enqueued]]) -> None:
+def written(
+    chunks: list[list[JobSpec]], replies: list[list[transitions.Enqueued] | PlainWritten]
+) -> None:
     """The jobs' handles once their enqueue calls replied (their events: ``enqueue_call``)."""
     for chunk, reply in zip(chunks, replies, strict=True):
+        if isinstance(reply, PlainWritten):
+            if reply.now_ms is not None:
+                all_created(chunk, reply)
+                continue
+            reply = reply.replies or []
         for s, one in zip(chunk, reply, strict=True):
             apply_reply(s.job, one)
+
+
+def all_created(chunk: list[JobSpec], reply: PlainWritten) -> None:
+    """The handles of a plain chunk whose jobs were all written as new: each is scheduled at
+    its due time (one datetime per due ms: a batch's jobs mostly share it)."""
+    due_at: dict[int, datetime] = {}
+    for s in chunk:
+        due = reply.due_ms(s.mode, s.ms)
+        at = due_at.get(due)
+        if at is None:
+            at = due_at[due] = datetime.fromtimestamp(due / 1000, tz=UTC)
+        job = s.job
+        job.due_at, job.outcome, job.state = at, "created", "scheduled"
+
+
+def plain_mode(chunk: list[JobSpec]) -> Mode | None:
+    """The one mode ("delay" or "at") of a chunk of plain jobs (no dedupe key, no limits or
+    expiry), which enqueue.lua's plain layout takes; None when some job is not plain."""
+    mode = chunk[0].mode
+    for s in chunk:
+        if s.job.key or s.limits or s.mode != mode:
+            return None
+    return mode
+
+
+def chunk_call(
+    chunk: list[JobSpec], level: int = events.DEBUG
+) -> transitions.ScriptCall[list[transitions.Enqueued]] | transitions.ScriptCall[PlainWritten]:
+    """``enqueue_call`` for one chunk of a write: plain jobs of one mode, two or more, in
+    enqueue.lua's plain layout (engine/plain_enqueue.py), with the same events."""
+    mode = plain_mode(chunk) if len(chunk) > 1 else None
+    if mode is None:
+        return enqueue_call(chunk, level)
+    return reported.enqueue_plain(
+        SENDER_CLIENT,
+        queue_keys(chunk[0].job.queue),
+        mode,
+        chunk,
+        wake_horizon_ms=WAKE_HORIZON_MS,
+        level=level,
+    )
 
 
 def enqueue_call(

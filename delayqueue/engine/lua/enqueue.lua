@@ -13,9 +13,16 @@
 -- ARGV[3..] per job, 7 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
 --           packed spec, limits: "" or "<expires ms or ''>\n<'lim' or ''>" (_limits.lua: a
 --           job with limits or an expiry gets its hash, with its spec, at once)
+-- or, for plain jobs (no dedupe key, "keep", no limits: what delay_many writes), the plain
+-- layout (engine/plain_enqueue.py):
+-- ARGV[3] "plain"
+-- ARGV[4] "delay" | "at", for every job of the call
+-- ARGV[5..] per job, 3 strings: id, ms, packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
 -- ("created" with the state the job is in now when this call was sent again after the job
--- was claimed: a job that has a hash is not written again.)
+-- was claimed: a job that has a hash is not written again.) A plain call that wrote every
+-- one of its jobs as new returns only {Redis's clock in ms}: each job is "created",
+-- "scheduled", due at that clock + its ms ("delay") or at its ms ("at").
 -- Every argument of every job is checked before the first write: a bad one fails the call
 -- and writes nothing.
 -- #include _now.lua
@@ -24,6 +31,7 @@
 -- #include _spec.lua
 -- #include _wake.lua
 -- #include _limits.lua
+-- #include _chunked.lua
 local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
   if not now then now = now_ms() end
@@ -31,21 +39,104 @@ local function clock()
 end
 
 local horizon = number_in(ARGV[2], 0, MAX_TIME_MS)
-if not horizon or (#ARGV - 2) % 7 ~= 0 then
-  return redis.error_reply('ERR enqueue: ARGV is a wake channel, a horizon ms, then 7 per job')
+local plain = ARGV[3] == 'plain'
+if not horizon or (plain and ((#ARGV - 4) % 3 ~= 0 or (ARGV[4] ~= 'delay' and ARGV[4] ~= 'at')))
+    or (not plain and (#ARGV - 2) % 7 ~= 0) then
+  return redis.error_reply('ERR enqueue: ARGV is a wake channel, a horizon ms, then 7 per job '
+                           .. '(or "plain", a mode, then 3 per job)')
 end
 
-for i = 3, #ARGV, 7 do
-  local mode, ms, conflict = ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]
-  local due
+-- The due time of `ms` in `mode`, or nil when it is not a time between years 1 and 9999.
+local function due_of(mode, ms)
   if mode == 'delay' then
-    due = number_in(ms, 0, MAX_TIME_MS)
-    if due then due = number_in(clock() + due, MIN_TIME_MS, MAX_TIME_MS) end
+    local delay = number_in(ms, 0, MAX_TIME_MS)
+    return delay and number_in(clock() + delay, MIN_TIME_MS, MAX_TIME_MS)
   elseif mode == 'at' then
-    due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
+    return number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
   end
-  if ARGV[i] == '' or not due or (conflict ~= 'keep' and conflict ~= 'replace')
-      or not is_spec(ARGV[i + 5]) or not limits_of(ARGV[i + 6]) then
+end
+
+-- Plain jobs go straight, as a batch: every job is checked, one TYPE of the scheduled zset
+-- and one EXISTS of all their job hashes tell that none of them was written before and
+-- claimed (this call sent again), then one HSET per spec into its bucket, and one ZADD for
+-- them all (in slices). No TYPE per bucket: an HSET on a bucket of another type fails
+-- having written nothing, and the specs this call added before it are deleted again (not
+-- those it found already there: the call sent again before a claim), so it leaves nothing
+-- written and the general path below, which does as it always did, gives the reply (the
+-- error, or each job's outcome when some job has a hash).
+local J = ARGV  -- the jobs, 7 strings per job from J[3] on (the plain layout: see below)
+if plain then
+  local mode, dues, last_ms, last_due = ARGV[4], {}, nil, nil
+  for i = 5, #ARGV, 3 do
+    local ms, due = ARGV[i + 1], last_due  -- (a batch's jobs mostly share their ms)
+    if ms ~= last_ms then
+      due = due_of(mode, ms)
+      last_ms, last_due = ms, due
+    end
+    if ARGV[i] == '' or not due or not is_spec(ARGV[i + 2]) then
+      return redis.error_reply('ERR enqueue: plain job ' .. (i - 5) / 3 .. ' has a bad id, '
+                               .. 'ms (a time between years 1 and 9999) or spec')
+    end
+    dues[#dues + 1] = due
+  end
+  local new = key_type(KEYS[1])
+  new = new == 'none' or new == 'zset'
+  if new then
+    local hashes = {}
+    for i = 5, #ARGV, 3 do hashes[#hashes + 1] = KEYS[4] .. ARGV[i] end
+    for s = 1, #hashes, 500 do
+      if redis.call('EXISTS', unpack(hashes, s, math.min(s + 499, #hashes))) > 0 then
+        new = false
+        break
+      end
+    end
+  end
+  local added = {}  -- bucket, id, ...: the specs this call added
+  if new then
+    for i = 5, #ARGV, 3 do
+      local id = ARGV[i]
+      local bucket = spec_bucket(KEYS[5], id)
+      local reply = redis.pcall('HSET', bucket, id, ARGV[i + 2])
+      if type(reply) ~= 'number' then
+        for j = 1, #added, 2 do redis.call('HDEL', added[j], added[j + 1]) end
+        new = false
+        break
+      end
+      if reply == 1 then
+        added[#added + 1] = bucket
+        added[#added + 1] = id
+      end
+    end
+  end
+  if new then
+    local members, first, first_id = {}, nil, nil
+    for n, due in ipairs(dues) do
+      local id = ARGV[2 + 3 * n]
+      members[#members + 1] = due
+      members[#members + 1] = id
+      if not first or due < first or (due == first and id < first_id) then
+        first, first_id = due, id
+      end
+    end
+    chunked('ZADD', KEYS[1], members, 2)
+    if first and first < clock() + horizon then
+      wake_if_head(KEYS[1], first_id, first, ARGV[1])
+    end
+    return {clock()}
+  end
+  J = {ARGV[1], ARGV[2]}
+  for i = 5, #ARGV, 3 do
+    for _, value in ipairs({ARGV[i], mode, ARGV[i + 1], '', 'keep', ARGV[i + 2], ''}) do
+      J[#J + 1] = value
+    end
+  end
+end
+
+for i = 3, #J, 7 do
+  local mode, ms, conflict = J[i + 1], J[i + 2], J[i + 4]
+  local due = due_of(mode, ms)
+  if J[i] == '' or not due or (conflict ~= 'keep' and conflict ~= 'replace')
+      or not is_spec(J[i + 5]) or not limits_of(J[i + 6]) then
     return redis.error_reply('ERR enqueue: job ' .. (i - 3) / 7 .. ' has a bad id, mode, ms '
                              .. '(a time between years 1 and 9999), conflict, spec or limits')
   end
@@ -56,10 +147,10 @@ end
 -- all goes right; in any other (the call sent again after its job was claimed, a key of the
 -- wrong type) it leaves nothing written and falls through to the general path, which does
 -- as it always did and so gives the same reply.
-if #ARGV == 9 and ARGV[6] == '' and ARGV[9] == '' then
-  local id, spec = ARGV[3], ARGV[8]
-  local due = tonumber(ARGV[5])
-  if ARGV[4] == 'delay' then due = clock() + due end
+if #J == 9 and J[6] == '' and J[9] == '' then
+  local id, spec = J[3], J[8]
+  local due = tonumber(J[5])
+  if J[4] == 'delay' then due = clock() + due end
   if redis.call('EXISTS', KEYS[4] .. id) == 0 then
     -- No TYPE: a ZADD on a key of another type fails having written nothing, and so does
     -- the HSET on a bucket of another type. NX so that a failed HSET can be undone: a
@@ -88,14 +179,14 @@ end
 -- and a new job's first write is the HSET of its spec into its bucket, which fails on a
 -- bucket of another type having written nothing (checked() below). Replacing a job writes
 -- only keys found of the right type by then.
-local single = #ARGV == 9
+local single = #J == 9
 local bad = wrong_type(single and {KEYS[1], 'zset'}
                        or {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash'})
 if bad then return bad end
 if not single then  -- the bucket each new spec goes to (the call's jobs share some)
   local buckets = {}
-  for i = 3, #ARGV, 7 do
-    local bucket = spec_bucket(KEYS[5], ARGV[i])
+  for i = 3, #J, 7 do
+    local bucket = spec_bucket(KEYS[5], J[i])
     if not buckets[bucket] then
       buckets[bucket] = true
       bad = wrong_type({bucket, 'hash'})
@@ -193,9 +284,9 @@ local function enqueue(id, mode, ms, key, conflict, spec, extra)
 end
 
 local replies = {}
-for i = 3, #ARGV, 7 do
-  local reply = enqueue(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4],
-                        ARGV[i + 5], ARGV[i + 6])
+for i = 3, #J, 7 do
+  local reply = enqueue(J[i], J[i + 1], J[i + 2], J[i + 3], J[i + 4],
+                        J[i + 5], J[i + 6])
   if reply.err then return reply end  -- (one job, before any write: see above)
   replies[#replies + 1] = reply
 end
