@@ -59,17 +59,17 @@ class DirectConnections:
         self._idle: list[_Link] = []
         self._pid = os.getpid()
 
-    def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    def run(self, script: Script, keys: list[str], args: list[Any], *, tries: int = 3) -> Any:
         """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
         twice with the same arguments: a connection Redis dropped while it sat idle is
-        replaced and the call sent again."""
+        replaced and the call sent again, ``tries`` times in all."""
         self._forget_parents()
         try:
             link, new = self._idle.pop(), False
         except IndexError:
             link, new = _Link(self._connection_class(**self._kwargs)), True
         try:
-            reply = link.call(script, keys, args, connect=new)
+            reply = link.call(script, keys, args, connect=new, tries=tries)
         except BaseException:
             link.disconnect()
             raise
@@ -123,7 +123,9 @@ class _Link:
         self.connection.disconnect()
         self._reader = None
 
-    def call(self, script: Script, keys: list[str], args: list[Any], *, connect: bool) -> Any:
+    def call(
+        self, script: Script, keys: list[str], args: list[Any], *, connect: bool, tries: int = 3
+    ) -> Any:
         failures, loaded = 0, False
         while True:
             try:
@@ -143,7 +145,7 @@ class _Link:
                 raise
             except redis.ConnectionError:
                 failures += 1
-                if failures == 3:
+                if failures >= tries:
                     raise
                 self.disconnect()  # the next attempt connects again
 

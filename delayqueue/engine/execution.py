@@ -1,6 +1,7 @@
 """Running the calls ``transitions`` builds: one at a time, many in one round trip, or on
-the direct connections (``direct.py``: only calls safe to resend). Scripts are registered
-once per client and run by SHA; a script Redis lost (restart, SCRIPT FLUSH) is loaded again.
+the direct connections (``direct.py``, on a cluster ``cluster_direct.py``: only calls safe
+to resend). Scripts are registered once per client and run by SHA; a script Redis lost
+(restart, SCRIPT FLUSH) is loaded again.
 
 A durable call (``durable=True``, or the ``DURABLE`` setting) is followed by ``WAIT`` in
 the same round trip and on the same connection (on a cluster, one per node the calls went
@@ -16,7 +17,7 @@ import redis
 from redis import Redis
 from redis.commands.core import Script
 
-from delayqueue.engine import direct
+from delayqueue.engine import cluster_direct, direct
 from delayqueue.engine.clients import get_raw_redis, get_redis, is_cluster, on_reset
 from delayqueue.engine.redis_errors import redis_errors
 from delayqueue.engine.run_steps import (
@@ -226,17 +227,19 @@ def run_direct(
     call: ScriptCall[ReplyT], *, durable: bool | None = None, strict: bool = True
 ) -> ReplyT:
     """One script call on a connection of ``DirectConnections`` (same server and settings
-    as ``get_redis()``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
+    as ``get_redis()``; on a cluster, the master of the call's slot:
+    ``cluster_direct.py``): only for calls safe to resend (``ScriptCall.resend_safe``)."""
     if not call.resend_safe:  # (inline: the path of every delay_for)
         raise ValueError(f"the {call.script} script is not safe to send twice")
-    if is_cluster(get_redis()) or durability(durable) is not None:
-        # A connection of our own would be to one node; the cluster client knows which
-        # master holds the call's slot and follows it through failovers and resharding.
-        # A durable call's WAIT goes in the same round trip (``run``).
+    if durability(durable) is not None:
+        # A durable call's WAIT goes in the same round trip, on the same connection (``run``).
         return run(call, durable=durable, strict=strict)
-    connections = direct.connections()
+    script = get_scripts()[call.script]
     with redis_errors():
-        reply = connections.run(get_scripts()[call.script], call.keys, call.args)
+        if is_cluster(get_redis()):
+            reply = cluster_direct.connections().run(script, call.keys, call.args)
+        else:
+            reply = direct.connections().run(script, call.keys, call.args)
     return call.parse(reply)
 
 
@@ -246,6 +249,6 @@ def warm_up() -> None:
     get_scripts()
     with redis_errors():
         if is_cluster(get_redis()):
-            get_redis().ping()  # a connection to a node (the client has the slot map)
+            cluster_direct.connections().open()  # one to each master
         else:
             direct.connections().open()

@@ -82,7 +82,8 @@ def test_each_queue_lives_on_the_master_of_its_slot(
     for port, queue in by_master.items():
         assert scheduled_on(cluster_set, port, queue) == {made[port].id}
     assert isinstance(get_redis(), clients.ClusterClient)
-    # delay_for takes the cluster client's path, not direct connections to one node
+    # delay_for takes a connection to its queue's master (test_cluster_direct.py), not the
+    # single server's direct connections
     job = jobs.record.delay_for("direct?", seconds=60, key="k1", on_commit=False)
     assert direct_path._direct is None
     assert jobs.record.reschedule(key="k1", seconds=5) is not None
