@@ -176,7 +176,7 @@ class _Link:
                     if not data:
                         raise redis.ConnectionError("Connection closed by server.")
                     reader.feed(data)
-                elif not isinstance(reply, _PUSH):
+                elif _PUSH is None or not isinstance(reply, _PUSH):
                     break
                 # A RESP3 push (a server's maintenance notice) is not the reply: such hints
                 # only speed up a reconnect, which a dropped connection makes anyway.

@@ -305,3 +305,17 @@ def test_a_socket_of_another_kind_keeps_pythons_timeout() -> None:
         expected = 1.5 if type(sock) is Green or os.uname().sysname != "Linux" else None
         assert sock.gettimeout() == expected
         sock.close()
+
+
+def test_a_hiredis_without_resp3_pushes_still_reads_replies(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hiredis before 3.2 has no PushNotification (RESP2 connections still read directly
+    with it): the reply loop takes every reply as the reply, it does not fail on it."""
+    jobs.record.delay_for("first", seconds=60, on_commit=False)
+    assert direct_path._direct is not None
+    (idle,) = direct_path._direct._idle
+    assert idle._reader is not None  # the direct read, not redis-py's read path
+    monkeypatch.setattr(direct_path, "_PUSH", None)
+    assert idle.exchange(direct_path._packed("PING")) == "PONG"
+    assert idle.exchange(direct_path._packed("ECHO", "read")) == "read"
