@@ -64,6 +64,14 @@ def main() -> int:
         print(f"round {rounds}: seed {seed}: {summary}", flush=True)
         if result.returncode != 0:
             failed_seeds.append(seed)
+            # Each failure's header, its assertion lines and hypothesis's falsifying example
+            # first: the tail alone is mostly captured log lines.
+            kept = [
+                line
+                for line in result.stdout.splitlines()
+                if line.startswith(("E ", "____", "FAILED", "Falsifying", "You can reproduce"))
+            ]
+            print("\n".join(kept[:400]), flush=True)
             print(result.stdout[-6000:], result.stderr[-2000:], sep="\n", flush=True)
     minutes = (time.monotonic() - started) / 60
     print(
