@@ -29,13 +29,13 @@ from typing import Any
 
 import hiredis
 import redis
-from hiredis import pack_command
 from redis._parsers import BaseParser
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import InvalidResponse, NoScriptError
 
+from delayqueue.engine.direct import PUSHES, packed
+
 _PLAIN = (Connection, SSLConnection, UnixDomainSocketConnection)
-_PUSH: Any = getattr(hiredis, "PushNotification", None)
 
 
 def usable(client: Any) -> bool:
@@ -45,7 +45,7 @@ def usable(client: Any) -> bool:
     if kind not in _PLAIN or pool is None:
         return False
     protocol = str(pool.connection_kwargs.get("protocol", 2))
-    return protocol != "3" or _PUSH is not None
+    return protocol != "3" or bool(PUSHES)
 
 
 class SharedConnection:
@@ -65,12 +65,12 @@ class SharedConnection:
 
     async def call(self, sha: str, source: Any, keys: list[Any], args: list[Any]) -> Any:
         """EVALSHA on the shared connection: the reply, or raise the error Redis replied."""
-        packed = _packed("EVALSHA", sha, len(keys), *keys, *args)
+        command = packed("EVALSHA", sha, len(keys), *keys, *args)
         failures, loaded = 0, False
         while True:
             try:
                 link = await self._link_now()
-                reply = await link.send(packed)
+                reply = await link.send(command)
             except redis.AuthenticationError:
                 raise
             except redis.ConnectionError:  # (a timeout is raised: the call may have run)
@@ -80,7 +80,7 @@ class SharedConnection:
                 continue
             if isinstance(reply, NoScriptError) and not loaded:
                 loaded = True
-                await link.send(_packed("SCRIPT", "LOAD", source))
+                await link.send(packed("SCRIPT", "LOAD", source))
                 continue
             if isinstance(reply, Exception):
                 raise reply
@@ -186,7 +186,7 @@ class _Link(asyncio.Protocol):
         parser.feed(data)
         try:
             while (reply := parser.gets()) is not False:
-                if _PUSH is not None and isinstance(reply, _PUSH):
+                if isinstance(reply, PUSHES):
                     continue  # a RESP3 push (a server's notice) is not a reply
                 if not waiting:
                     raise InvalidResponse("a reply nobody asked for")
@@ -238,9 +238,3 @@ class _Link(asyncio.Protocol):
 
 def _connection_error(exc: BaseException) -> redis.ConnectionError:
     return redis.ConnectionError(f"Error while talking to Redis: {exc}")
-
-
-def _packed(*command: Any) -> bytes:
-    """A command as RESP, packed by hiredis (a dependency)."""
-    packed: bytes = pack_command(command)
-    return packed

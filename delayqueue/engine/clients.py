@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
 import redis
@@ -212,6 +212,43 @@ def on_reset(forget: Callable[[], None]) -> Callable[[], None]:
     the clients (registered scripts, direct connections) drops it then."""
     _on_reset.append(forget)
     return forget
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_Built = TypeVar("_Built", bound=_Closable)
+
+
+class OnFirstUse(Generic[_Built]):
+    """One ``build(get_redis())`` per process, made on the first call and closed and forgotten
+    on ``reset()``: the direct connections of ``direct.py`` and ``cluster_direct.py``.
+    ``made`` is the one made, or None."""
+
+    __slots__ = ("_build", "_lock", "made")
+
+    def __init__(self, build: Callable[[Redis], _Built]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self.made: _Built | None = None
+        on_reset(self.forget)
+
+    def __call__(self) -> _Built:
+        made = self.made
+        if made is not None:
+            return made
+        client = get_redis()  # before the lock, which get_redis() takes itself
+        with self._lock:
+            if self.made is None:
+                self.made = self._build(client)
+            return self.made
+
+    def forget(self) -> None:
+        with self._lock:
+            made, self.made = self.made, None
+        if made is not None:
+            made.close()
 
 
 @receiver(setting_changed)

@@ -33,11 +33,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from delayqueue.engine.clients import get_redis, on_reset
+from delayqueue.engine.clients import OnFirstUse
 from delayqueue.engine.direct import DirectConnections
-
-_lock = threading.Lock()
-_cluster: ClusterConnections | None = None
 
 # What sends a call back through RedisCluster: MOVED and ASK (AskError: MovedError is one),
 # TRYAGAIN, CLUSTERDOWN and MASTERDOWN (ClusterError), READONLY (a master demoted), a
@@ -55,15 +52,6 @@ _REROUTE = (
 )
 ROUTES = 10_000  # distinct hash tags remembered at most (queues, shards): then all forgotten
 TRIES = 2  # attempts on a master's connection (an idle one Redis dropped: once more)
-
-
-@on_reset
-def _forget() -> None:
-    global _cluster
-    with _lock:
-        if _cluster is not None:
-            _cluster.close()
-        _cluster = None
 
 
 def _tag(key: Any) -> Any:
@@ -165,11 +153,6 @@ class ClusterConnections:
             master.close()
 
 
-def connections() -> ClusterConnections:
-    global _cluster
-    if _cluster is None:
-        client = get_redis()  # before the lock, which get_redis() takes itself
-        with _lock:
-            if _cluster is None:
-                _cluster = ClusterConnections(client)
-    return _cluster
+# This process's connections to the masters, made on first use, closed when the settings
+# change.
+connections = OnFirstUse(ClusterConnections)

@@ -12,7 +12,6 @@ import os
 import socket
 import struct
 import sys
-import threading
 import time
 from typing import Any
 
@@ -23,21 +22,9 @@ from redis import Redis
 from redis._parsers import BaseParser
 from redis.commands.core import Script
 from redis.connection import AbstractConnection
-from redis.exceptions import InvalidResponse, NoScriptError
+from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 
-from delayqueue.engine.clients import get_redis, on_reset
-
-_lock = threading.Lock()
-_direct: DirectConnections | None = None
-
-
-@on_reset
-def _forget() -> None:
-    global _direct
-    with _lock:
-        if _direct is not None:
-            _direct.close()
-        _direct = None
+from delayqueue.engine.clients import OnFirstUse
 
 
 class DirectConnections:
@@ -75,6 +62,24 @@ class DirectConnections:
             raise
         self._idle.append(link)
         return reply
+
+    def run_all(self, commands: list[bytes]) -> list[Any]:
+        """Send the packed ``commands`` at once on one connection and read a reply for each
+        (an error reply as its exception, not raised; engine/direct_pipeline.py). Only for
+        commands that can run twice: a connection Redis dropped while it sat idle is
+        replaced and all of them sent again."""
+        self._forget_parents()
+        try:
+            link, new = self._idle.pop(), False
+        except IndexError:
+            link, new = _Link(self._connection_class(**self._kwargs)), True
+        try:
+            replies = link.call_all(commands, connect=new)
+        except BaseException:
+            link.disconnect()
+            raise
+        self._idle.append(link)
+        return replies
 
     def open(self) -> None:
         """Connect one idle connection ahead of the first call."""
@@ -133,14 +138,14 @@ class _Link:
                     self.connect()
                 elif self._reader is not None:
                     self._check_health()
-                return self.exchange(_packed("EVALSHA", script.sha, len(keys), *keys, *args))
+                return self.exchange(packed("EVALSHA", script.sha, len(keys), *keys, *args))
             except NoScriptError:
                 # Once per call, whatever connection failures came first: a replica promoted
                 # by a failover has no scripts, and is often reached on the last attempt.
                 if loaded:
                     raise
                 loaded = True
-                self.exchange(_packed("SCRIPT", "LOAD", script.script))
+                self.exchange(packed("SCRIPT", "LOAD", script.script))
             except redis.AuthenticationError:
                 raise
             except redis.ConnectionError:
@@ -156,40 +161,78 @@ class _Link:
         interval = getattr(self.connection, "health_check_interval", 0)
         if interval and time.monotonic() - self._used > interval:
             try:
-                self.exchange(_packed("PING"))
+                self.exchange(packed("PING"))
             except (redis.ConnectionError, redis.TimeoutError):
                 self.disconnect()
                 self.connect()
 
+    def call_all(self, commands: list[bytes], *, connect: bool, tries: int = 3) -> list[Any]:
+        """Send the packed ``commands`` at once and read a reply for each (an error reply as
+        its exception, not raised): ``call`` for several, the scripts' loading left to the
+        caller (engine/direct_pipeline.py)."""
+        packed, failures = b"".join(commands), 0
+        while True:
+            try:
+                if connect or failures:
+                    self.connect()
+                elif self._reader is not None:
+                    self._check_health()
+                replies = self.exchange_all(packed, len(commands))
+                for reply in replies:
+                    # LOADING, NOAUTH and the like: the connection is not usable, as
+                    # ``exchange`` raises them (AuthenticationError is not retried)
+                    if isinstance(reply, redis.ConnectionError):
+                        raise reply
+                return replies
+            except redis.AuthenticationError:
+                raise
+            except redis.ConnectionError:
+                failures += 1
+                if failures >= tries:
+                    raise
+                self.disconnect()  # the next attempt connects again
+
     def exchange(self, packed: bytes) -> Any:
-        """Send one packed command and return its reply (raise it, when an error)."""
+        """Send one packed command and return its reply (raise it, when an error): as redis-py
+        raises an error reply, a ResponseError, or a ConnectionError for LOADING, NOAUTH and
+        the like, which the caller's retry reconnects for."""
+        (reply,) = self.exchange_all(packed, 1)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def exchange_all(self, packed: bytes, count: int) -> list[Any]:
+        """Send ``packed`` (``count`` commands) and read their replies, an error reply as its
+        exception (not raised)."""
         reader, sock = self._reader, getattr(self.connection, "_sock", None)
+        replies: list[Any] = []
         if reader is None or sock is None:  # redis-py's read path, or not connected
             self.connection.send_packed_command([packed])
-            return self.connection.read_response()
+            for _ in range(count):
+                try:
+                    replies.append(self.connection.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
         try:
             sock.sendall(packed)
-            while True:
+            while len(replies) < count:
                 reply = reader.gets()
                 if reply is False:  # the reply (or the rest of it) is still on its way
                     data = sock.recv(65536)
                     if not data:
                         raise redis.ConnectionError("Connection closed by server.")
                     reader.feed(data)
-                elif _PUSH is None or not isinstance(reply, _PUSH):
-                    break
-                # A RESP3 push (a server's maintenance notice) is not the reply: such hints
+                elif not isinstance(reply, PUSHES):
+                    replies.append(reply)
+                # A RESP3 push (a server's maintenance notice) is not a reply: such hints
                 # only speed up a reconnect, which a dropped connection makes anyway.
         except (TimeoutError, BlockingIOError):  # (BlockingIOError: see _kernel_timeouts)
             raise redis.TimeoutError("Timeout reading from socket") from None
         except OSError as exc:
             raise redis.ConnectionError(f"Error while talking to Redis: {exc}") from None
-        # An error reply, as redis-py raises it: a ResponseError, or a ConnectionError for
-        # LOADING, NOAUTH and the like, which the caller's retry reconnects for.
-        if isinstance(reply, Exception):
-            raise reply
         self._used = time.monotonic()
-        return reply
+        return replies
 
 
 def _kernel_timeouts(sock: socket.socket | None) -> None:
@@ -219,12 +262,14 @@ def _kernel_timeouts(sock: socket.socket | None) -> None:
 # SO_RCVTIMEO's struct timeval as two longs: so on 64-bit Linux (not on 32-bit systems
 # whose time_t is 64 bits).
 _KERNEL_TIMEVAL = sys.platform.startswith("linux") and struct.calcsize("l") == 8
-# RESP3 pushes as hiredis returns them (hiredis 3.2 and later; with an older hiredis a
-# RESP3 connection keeps redis-py's read path: see _reader_for).
-_PUSH: Any = getattr(hiredis, "PushNotification", None)
+# RESP3 pushes as hiredis returns them (hiredis 3.2 and later); () with an older hiredis,
+# whose RESP3 connections keep redis-py's read path (see _reader_for).
+PUSHES: tuple[type, ...] = tuple(
+    kind for kind in [getattr(hiredis, "PushNotification", None)] if kind is not None
+)
 
 
-def _packed(*command: Any) -> bytes:
+def packed(*command: Any) -> bytes:
     """A command as RESP: hiredis (a dependency) packs it without redis-py's pass over each
     argument."""
     return pack_command(command)
@@ -239,7 +284,7 @@ def _reader_for(connection: AbstractConnection) -> hiredis.Reader | None:
     if (
         kind.read_response is not AbstractConnection.read_response
         or kind.send_packed_command is not AbstractConnection.send_packed_command
-        or (_PUSH is None and str(getattr(connection, "protocol", 2)) == "3")
+        or (not PUSHES and str(getattr(connection, "protocol", 2)) == "3")
     ):
         return None
     encoder = connection.encoder
@@ -253,11 +298,5 @@ def _reader_for(connection: AbstractConnection) -> hiredis.Reader | None:
     )
 
 
-def connections() -> DirectConnections:
-    global _direct
-    if _direct is None:
-        client = get_redis()  # before the lock, which get_redis() takes itself
-        with _lock:
-            if _direct is None:
-                _direct = DirectConnections(client)
-    return _direct
+# This process's direct connections, made on first use, closed when the settings change.
+connections = OnFirstUse(DirectConnections)

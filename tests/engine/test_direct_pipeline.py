@@ -13,7 +13,7 @@ import pytest
 import redis
 from hiredis import pack_command
 
-from delayqueue.engine import direct_pipeline
+from delayqueue.engine import direct, direct_pipeline
 from delayqueue.engine.direct_pipeline import run_many_direct
 from delayqueue.engine.keys import TaskResultField, queue_keys
 from delayqueue.engine.task_results import task_finished
@@ -34,13 +34,13 @@ def outcome(job_id: str, status: str) -> Any:
 def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
     """What each round trip of the direct pipelines sent."""
     seen: list[bytes] = []
-    exchange = direct_pipeline._PipelinedLink.exchange_all
+    exchange = direct._Link.exchange_all
 
     def counted(link: Any, packed: bytes, count: int) -> list[Any]:
         seen.append(packed)
         return exchange(link, packed, count)
 
-    monkeypatch.setattr(direct_pipeline._PipelinedLink, "exchange_all", counted)
+    monkeypatch.setattr(direct._Link, "exchange_all", counted)
     yield seen
 
 
@@ -88,7 +88,7 @@ def test_a_connection_redis_dropped_while_idle_is_replaced_and_the_calls_sent_ag
     r: redis.Redis, sent: list[bytes]
 ) -> None:
     run_many_direct([outcome("A", "RUNNING")])
-    pipes = direct_pipeline.pipelines()
+    pipes = direct.connections()
     assert len(pipes._idle) == 1
     (link,) = pipes._idle
     r.client_kill_filter(_id=link.exchange(packed("CLIENT", "ID")))

@@ -45,7 +45,7 @@ def test_a_script_missing_after_two_failed_connects_is_loaded_on_the_third(
     promoted replica answers, without the scripts (replicas do not keep them). The script
     is loaded there, and the call goes through."""
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    direct = direct_path._direct
+    direct = direct_path.connections.made
     assert direct is not None
     real = direct._connection_class
     refusals = [2]
@@ -69,8 +69,8 @@ def test_a_script_missing_after_two_failed_connects_is_loaded_on_the_third(
 
 def test_a_connection_dropped_while_idle_is_replaced(r: redis.Redis) -> None:
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert direct_path._direct is not None
-    (idle,) = direct_path._direct._idle
+    assert direct_path.connections.made is not None
+    (idle,) = direct_path.connections.made._idle
     port = idle.connection._sock.getsockname()[1]  # type: ignore[attr-defined]
     (mine,) = [c for c in r.client_list() if c["addr"].endswith(f":{port}")]
     r.client_kill_filter(_id=mine["id"])
@@ -100,7 +100,7 @@ def test_threads_share_the_connections(r: redis.Redis) -> None:
     for t in threads:
         t.join()
     assert len(set(ids)) == 200 and r.zcard(SCHEDULED) == 200
-    assert direct_path._direct is not None and len(direct_path._direct._idle) <= 4
+    assert direct_path.connections.made is not None and len(direct_path.connections.made._idle) <= 4
 
 
 def test_a_forked_child_uses_connections_of_its_own(r: redis.Redis) -> None:
@@ -129,9 +129,9 @@ def test_warm_up_registers_the_scripts_and_opens_a_direct_connection(r: redis.Re
     from delayqueue.engine import clients
 
     clients.reset()
-    assert direct_path._direct is None and execution._scripts is None
+    assert direct_path.connections.made is None and execution._scripts is None
     execution.warm_up()
-    direct = direct_path._direct
+    direct = direct_path.connections.made
     assert direct is not None and execution._scripts is not None
     [idle] = direct._idle
     assert idle.connection._sock is not None  # connected before any call
@@ -146,12 +146,12 @@ def test_the_reply_is_read_off_the_socket_and_a_resp3_push_before_it_is_skipped(
     first (here a client-tracking invalidation; on a managed Redis a maintenance notice) is
     not taken for the reply."""
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert direct_path._direct is not None
-    (idle,) = direct_path._direct._idle
+    assert direct_path.connections.made is not None
+    (idle,) = direct_path.connections.made._idle
     if idle.connection.protocol not in (3, "3"):
         pytest.skip("the client speaks RESP2: Redis sends it no pushes")
     assert idle._reader is not None  # the direct read, not redis-py's read path
-    pack = direct_path._packed
+    pack = direct_path.packed
     assert idle.exchange(pack("CLIENT", "TRACKING", "ON")) == "OK"
     r.set("dq-test:tracked", "1")
     assert idle.exchange(pack("GET", "dq-test:tracked")) == "1"  # now tracked
@@ -164,14 +164,14 @@ def test_the_reply_is_read_off_the_socket_and_a_resp3_push_before_it_is_skipped(
 
 def test_an_error_reply_read_off_the_socket_is_raised_as_redis_py_would(r: redis.Redis) -> None:
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert direct_path._direct is not None
-    (idle,) = direct_path._direct._idle
+    assert direct_path.connections.made is not None
+    (idle,) = direct_path.connections.made._idle
     r.set("dq-test:text", "x")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        idle.exchange(direct_path._packed("ZADD", "dq-test:text", 1, "a"))
+        idle.exchange(direct_path.packed("ZADD", "dq-test:text", 1, "a"))
     with pytest.raises(redis.exceptions.NoScriptError):
-        idle.exchange(direct_path._packed("EVALSHA", "0" * 40, 0))
-    assert idle.exchange(direct_path._packed("PING")) == "PONG"  # the connection reads on
+        idle.exchange(direct_path.packed("EVALSHA", "0" * 40, 0))
+    assert idle.exchange(direct_path.packed("PING")) == "PONG"  # the connection reads on
 
 
 def test_a_reply_that_does_not_come_in_time_raises_and_the_next_call_goes_through(
@@ -181,8 +181,8 @@ def test_a_reply_that_does_not_come_in_time_raises_and_the_next_call_goes_throug
     timeout): a call Redis holds back (CLIENT PAUSE) fails after it, on its own, and is
     not sent three times; the connection is dropped and the next call makes a new one."""
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert direct_path._direct is not None
-    (idle,) = direct_path._direct._idle
+    assert direct_path.connections.made is not None
+    (idle,) = direct_path.connections.made._idle
     idle.disconnect()
     idle.connection.socket_timeout = 0.3
     idle.connect()
@@ -276,8 +276,8 @@ def test_an_idle_direct_connection_is_checked_with_a_ping_first(settings: Any) -
         connection.reset()
         r = server.client()
         jobs.record.delay_for("first", seconds=60, on_commit=False)
-        assert direct_path._direct is not None
-        (idle,) = direct_path._direct._idle
+        assert direct_path.connections.made is not None
+        (idle,) = direct_path.connections.made._idle
         setattr(idle.connection, "health_check_interval", 0.2)  # noqa: B010  (typed int)
         pings = command_calls(r, "ping")
         jobs.record.delay_for("at once", seconds=60, on_commit=False)
@@ -313,9 +313,9 @@ def test_a_hiredis_without_resp3_pushes_still_reads_replies(
     """hiredis before 3.2 has no PushNotification (RESP2 connections still read directly
     with it): the reply loop takes every reply as the reply, it does not fail on it."""
     jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert direct_path._direct is not None
-    (idle,) = direct_path._direct._idle
+    assert direct_path.connections.made is not None
+    (idle,) = direct_path.connections.made._idle
     assert idle._reader is not None  # the direct read, not redis-py's read path
-    monkeypatch.setattr(direct_path, "_PUSH", None)
-    assert idle.exchange(direct_path._packed("PING")) == "PONG"
-    assert idle.exchange(direct_path._packed("ECHO", "read")) == "read"
+    monkeypatch.setattr(direct_path, "PUSHES", ())
+    assert idle.exchange(direct_path.packed("PING")) == "PONG"
+    assert idle.exchange(direct_path.packed("ECHO", "read")) == "read"

@@ -27,7 +27,7 @@ from django.utils import timezone  # noqa: E402
 
 from delayqueue.django_tasks import results  # noqa: E402
 from delayqueue.django_tasks.job_args import RUN_DJANGO_TASK  # noqa: E402
-from delayqueue.engine import direct, direct_pipeline  # noqa: E402
+from delayqueue.engine import direct  # noqa: E402
 from delayqueue.engine.execution import get_scripts, run_direct  # noqa: E402
 from delayqueue.engine.keys import TaskResultField, queue_keys  # noqa: E402
 from delayqueue.engine.transitions import ScriptCall  # noqa: E402
@@ -72,8 +72,7 @@ class RoundTrips:
             for script in vars(get_scripts()).values():
                 client.script_load(script.script)
         send = redis.connection.AbstractConnection.send_packed_command
-        exchange = direct._Link.exchange
-        exchange_all = direct_pipeline._PipelinedLink.exchange_all
+        exchange_all = direct._Link.exchange_all  # (one call's exchange too)
 
         def counted_send(connection: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
             chunks = [command] if isinstance(command, bytes | str) else list(command)
@@ -82,18 +81,13 @@ class RoundTrips:
             self._seen(packed)
             return send(connection, command, *args, **kwargs)
 
-        def counted_exchange(link: Any, packed: bytes) -> Any:
-            self._seen(packed)
-            return exchange(link, packed)
-
         def counted_exchange_all(link: Any, packed: bytes, count: int) -> Any:
             self._seen(packed)
             return exchange_all(link, packed, count)
 
         monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command",
                             counted_send)  # fmt: skip
-        monkeypatch.setattr(direct._Link, "exchange", counted_exchange)
-        monkeypatch.setattr(direct_pipeline._PipelinedLink, "exchange_all", counted_exchange_all)
+        monkeypatch.setattr(direct._Link, "exchange_all", counted_exchange_all)
 
     def _seen(self, packed: bytes) -> None:
         if b"EVALSHA" in packed:

@@ -85,7 +85,7 @@ def test_each_queue_lives_on_the_master_of_its_slot(
     # delay_for takes a connection to its queue's master (test_cluster_direct.py), not the
     # single server's direct connections
     job = jobs.record.delay_for("direct?", seconds=60, key="k1", on_commit=False)
-    assert direct_path._direct is None
+    assert direct_path.connections.made is None
     assert jobs.record.reschedule(key="k1", seconds=5) is not None
     assert jobs.record.cancel(key="k1") is True
     assert cluster.zscore(queue_keys("tests").scheduled, job.id) is None

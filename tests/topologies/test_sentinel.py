@@ -91,8 +91,8 @@ def test_the_direct_path_runs_on_the_master_and_reloads_a_lost_script(
     master: redis.Redis, sentinel_set: SentinelSet
 ) -> None:
     first = jobs.record.delay_for("first", seconds=60, on_commit=False)
-    assert direct_path._direct is not None
-    (idle,) = direct_path._direct._idle
+    assert direct_path.connections.made is not None
+    (idle,) = direct_path.connections.made._idle
     link = idle.connection
     assert (link.host, link.port) == ("127.0.0.1", _address(master)[1])  # type: ignore[attr-defined]
     master.script_flush()  # NOSCRIPT: loaded again on the same connection
@@ -106,15 +106,15 @@ def test_a_direct_connection_on_a_demoted_master_reconnects_to_the_master(
     """A server that answers READONLY (the old master, demoted) is left for the master the
     sentinels name; the call is sent there and the job is not lost."""
     jobs.record.delay_for("warm up", seconds=60, on_commit=False)
-    assert direct_path._direct is not None
-    (idle,) = direct_path._direct._idle
+    assert direct_path.connections.made is not None
+    (idle,) = direct_path.connections.made._idle
     connection = idle.connection
     replica = next(s for s in sentinel_set.servers if s is not sentinel_set.master)
     connection.disconnect()
     connection.connect_to(("127.0.0.1", replica.port))  # type: ignore[attr-defined]
     job = jobs.record.delay_for("after READONLY", seconds=60, on_commit=False)
     assert master.zscore(Q.scheduled, job.id) is not None
-    (idle,) = direct_path._direct._idle
+    (idle,) = direct_path.connections.made._idle
     assert idle.connection.port == _address(master)[1]  # type: ignore[attr-defined]
 
 
