@@ -4,9 +4,12 @@ one gets a Redis Cluster or a Sentinel set of its own, stopped after its last te
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from delayqueue.engine.clients import ClusterClient
+from tests.support.on_cluster import point_delayqueue_at
 from tests.support.topologies import ClusterSet, SentinelSet
 
 
@@ -28,3 +31,12 @@ def sentinel_set() -> Iterator[SentinelSet]:
         yield topology
     finally:
         topology.cleanup()
+
+
+@pytest.fixture
+def cluster(cluster_set: ClusterSet, settings: Any) -> Iterator[ClusterClient]:
+    """delayqueue on the module's cluster (emptied first); a cluster client of the test's own
+    to look at it."""
+    client = point_delayqueue_at(cluster_set, settings)
+    yield client
+    client.close()

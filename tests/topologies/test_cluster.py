@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,48 +25,10 @@ from delayqueue.errors import DelayQueueError, RedisUnavailable
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
 from tests.support.data_redis import info_everywhere
+from tests.support.on_cluster import point_delayqueue_at, queues_on_every_master, scheduled_on
 from tests.support.redis_server import free_port
 from tests.support.topologies import ClusterSet
 from tests.support.waiting import wait_for
-
-SOCKET_TIMEOUT = 2.0
-
-
-def point_delayqueue_at(cluster_set: ClusterSet, settings: Any) -> redis.Redis:
-    """DELAYQUEUE on the cluster (emptied first); a cluster client to look at it."""
-    cluster_set.flush()
-    settings.DELAYQUEUE = {
-        **settings.DELAYQUEUE,
-        "REDIS_URL": cluster_set.url,
-        "REDIS_CLUSTER": True,
-        "SOCKET_TIMEOUT": SOCKET_TIMEOUT,
-    }
-    return clients.ClusterClient(startup_nodes=cluster_set.startup_nodes, decode_responses=True)  # type: ignore[return-value]
-
-
-@pytest.fixture
-def cluster(cluster_set: ClusterSet, settings: Any) -> Iterator[redis.Redis]:
-    client = point_delayqueue_at(cluster_set, settings)
-    yield client
-    client.close()
-
-
-def queues_on_every_master(cluster_set: ClusterSet) -> dict[int, str]:
-    """master port -> a queue name whose keys that master holds."""
-    found: dict[int, str] = {}
-    for i in range(200):
-        name = f"q{i}"
-        port = cluster_set.master_of(queue_keys(name).scheduled).port
-        found.setdefault(port, name)
-        if len(found) == len(cluster_set.masters()):
-            return found
-    raise AssertionError("no queue name for some master")
-
-
-def scheduled_on(cluster_set: ClusterSet, port: int, queue: str) -> set[str]:
-    """The ids a master itself holds in a queue's schedule (a plain client: no redirects)."""
-    with cluster_set.server_on(port).client() as node:
-        return set(node.zrange(queue_keys(queue).scheduled, 0, -1))
 
 
 def test_each_queue_lives_on_the_master_of_its_slot(
@@ -80,7 +41,7 @@ def test_each_queue_lives_on_the_master_of_its_slot(
         for port, queue in by_master.items()
     }
     for port, queue in by_master.items():
-        assert scheduled_on(cluster_set, port, queue) == {made[port].id}
+        assert scheduled_on(cluster_set, port, queue) == [made[port].id]
     assert isinstance(get_redis(), clients.ClusterClient)
     # delay_for takes a connection to its queue's master (test_cluster_direct.py), not the
     # single server's direct connections
@@ -199,7 +160,7 @@ def test_failover_keeps_replicated_jobs_and_the_same_client_recovers(
 
         new_master = cluster_set.master_of(queue.scheduled)
         assert new_master.port != master.port
-        ids = scheduled_on(cluster_set, new_master.port, "tests")
+        ids = set(scheduled_on(cluster_set, new_master.port, "tests"))
         assert {job.id for job in written} <= ids and after.id in ids
 
         claimed = wait_for(lambda: _claim(parked_celery), timeout=10, interval=0.2)

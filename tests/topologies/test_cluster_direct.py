@@ -9,56 +9,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 import delayqueue
 from delayqueue.engine import clients, cluster_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.errors import DelayQueueError, RedisUnavailable
 from tests.support import jobs
+from tests.support.on_cluster import (
+    SOCKET_TIMEOUT,
+    point_delayqueue_at,
+    queues_on_every_master,
+    scheduled_on,
+)
 from tests.support.stored import stored_job
 from tests.support.topologies import ClusterSet
-
-SOCKET_TIMEOUT = 2.0
-
-
-def point_delayqueue_at(cluster_set: ClusterSet, settings: Any) -> None:
-    cluster_set.flush()
-    settings.DELAYQUEUE = {
-        **settings.DELAYQUEUE,
-        "REDIS_URL": cluster_set.url,
-        "REDIS_CLUSTER": True,
-        "SOCKET_TIMEOUT": SOCKET_TIMEOUT,
-    }
-
-
-@pytest.fixture
-def cluster(cluster_set: ClusterSet, settings: Any) -> Iterator[clients.ClusterClient]:
-    """delayqueue on the module's cluster; a cluster client of the test's own to look."""
-    point_delayqueue_at(cluster_set, settings)
-    client = clients.ClusterClient(startup_nodes=cluster_set.startup_nodes, decode_responses=True)
-    yield client
-    client.close()
-
-
-def queues_on_every_master(cluster_set: ClusterSet) -> dict[int, str]:
-    """master port -> a queue name whose keys that master holds."""
-    found: dict[int, str] = {}
-    for i in range(200):
-        name = f"q{i}"
-        found.setdefault(cluster_set.master_of(queue_keys(name).scheduled).port, name)
-        if len(found) == len(cluster_set.masters()):
-            return found
-    raise AssertionError("no queue name for some master")
-
-
-def scheduled_on(cluster_set: ClusterSet, port: int, queue: str) -> list[str]:
-    """The ids a node itself holds in a queue's schedule (a plain client: no redirects)."""
-    with cluster_set.server_on(port).client() as node:
-        return list(node.zrange(queue_keys(queue).scheduled, 0, -1))
 
 
 def jobs_on(cluster_set: ClusterSet, port: int, queue: str, ids: list[str]) -> int:
