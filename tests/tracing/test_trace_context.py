@@ -134,6 +134,21 @@ def test_monitor_is_true_or_false() -> None:
         declare.periodic_task(every=60, monitor=1)  # type: ignore[arg-type]
 
 
+def run_python(source: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``source`` run in a new Python process on the tests' settings (and ``env``): it must
+    exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", source],
+        cwd=ROOT,
+        env=child_env(DJANGO_SETTINGS_MODULE="tests.settings", **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 NO_EXTRAS = """
 import sys
 for name in ("opentelemetry", "sentry_sdk"):  # as if neither were installed
@@ -155,15 +170,7 @@ print(job.id)
 def test_delayqueue_imports_and_schedules_without_opentelemetry_or_sentry(
     r: redis.Redis,
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", NO_EXTRAS],
-        cwd=ROOT,
-        env=child_env(DJANGO_SETTINGS_MODULE="tests.settings"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python(NO_EXTRAS)
     job_id = done.stdout.strip().splitlines()[-1]
     spec = packed_specs(r, Q)[job_id]
     assert spec.count("\n") == 5 and (unpack(spec) or {})["args"] == '["no-extras"]'
@@ -247,15 +254,7 @@ print("job", view(RequestFactory().post("/orders/")).id)
 
 
 def test_the_demo_prints_its_spans_with_trace_to_console(r: redis.Redis) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", DEMO_CONSOLE],
-        cwd=ROOT,
-        env=child_env(DJANGO_SETTINGS_MODULE="tests.settings", TRACE_TO_CONSOLE="true"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python(DEMO_CONSOLE, TRACE_TO_CONSOLE="true")
     spans = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     request = next(s for s in spans if s["name"] == "POST /orders/")
     # (TRACE_SCHEDULING="context", the default: the job keeps the request span's context)
@@ -294,15 +293,7 @@ def test_with_the_api_alone_only_a_job_that_carries_a_context_is_wrapped() -> No
     # With opentelemetry-api and no SDK's provider set, an attempt span is the current span
     # again: a job without a context runs its call as it is (nothing to pay for), and a job
     # with one still has it made current, so the jobs its task schedules keep its trace.
-    done = subprocess.run(
-        [sys.executable, "-c", API_ONLY],
-        cwd=ROOT,
-        env=child_env(DJANGO_SETTINGS_MODULE="tests.settings"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python(API_ONLY)
     lines = done.stdout.splitlines()
     assert "plain True ''" in lines
     assert "traced False True" in lines
