@@ -3,19 +3,60 @@
 from __future__ import annotations
 
 import re
+from functools import cache
 from importlib.resources import files
 
 from redis import Redis
 from redis.commands.core import Script
 
 INCLUDE = re.compile(r"^-- #include (_\w+)\.lua$", re.MULTILINE)
+# A helper: "local function name(" at the start of a line, lines that are indented, empty or
+# comments, then "end" alone on a line (a definition of another shape is always kept).
+HELPER = re.compile(r"^local function (\w+)\([^\n]*\n(?:(?:[ \t][^\n]*|--[^\n]*)?\n)*?end\n?", re.M)
 
 
+@cache
 def load_source(name: str) -> str:
     """A script's source, with each ``-- #include _name.lua`` line replaced by that file
     (the helpers several transitions share). Includes may include others; each file is
-    included once, where it is first named, so a later line naming it again is left out."""
-    return _expand(name, set())
+    included once, where it is first named, so a later line naming it again is left out.
+
+    A transition's source leaves out the helpers it never names (nor does a helper it keeps):
+    Redis keeps nothing from one call of a script to the next, so every call runs each
+    definition again, and one it does not use costs each call its closure (the includes'
+    definitions were most of enqueue's Lua time once they held the limits' helpers)."""
+    source = _expand(name, set())
+    return source if name.startswith("_") else _without_unused(source)
+
+
+def _without_unused(source: str) -> str:
+    helpers = list(HELPER.finditer(source))
+    names = {helper.group(1) for helper in helpers}
+    outside = HELPER.sub("", source)
+    needed = _names(outside) & names  # what the script itself names...
+    calls = {h.group(1): _names(h.group(0)) & names - {h.group(1)} for h in helpers}
+    todo = list(needed)
+    while todo:  # ...and what those helpers name, and so on
+        for name in calls[todo.pop()] - needed:
+            needed.add(name)
+            todo.append(name)
+    return HELPER.sub(lambda h: h.group(0) if h.group(1) in needed else "", source)
+
+
+def _names(source: str) -> set[str]:
+    return set(re.findall(r"\w+", _code(source)))
+
+
+def _code(source: str) -> str:
+    """``source`` without its comments (what names a helper in a comment does not use it);
+    a "--" inside a quoted string is kept, with what follows it."""
+    lines = []
+    for line in source.split("\n"):
+        at = line.find("--")
+        while at >= 0 and (line.count("'", 0, at) % 2 or line.count('"', 0, at) % 2):
+            at = line.find("--", at + 2)
+        lines.append(line if at < 0 else line[:at])
+    return "\n".join(lines)
 
 
 def _expand(name: str, included: set[str]) -> str:

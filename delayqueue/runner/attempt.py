@@ -87,8 +87,10 @@ def run_attempt(
 ) -> Outcome:
     """Run one attempt and hand its settling call to ``settle``."""
     queue, job_id, task, number = attempt.queue, attempt.job_id, attempt.task, attempt.number
+    # Spans and monitors (docs/tracing.md) before the hold: what deciding them costs is
+    # paid while the job waits for its due time, not after it (both begin at ``call``).
+    call, settle = around_attempt(attempt, call, settle)
     hold_until_due(attempt.due_ms, attempt.begun_us, attempt.replied)
-    call, settle = around_attempt(attempt, call, settle)  # spans, monitors (docs/tracing.md)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -90,6 +91,37 @@ def test_the_celery_side_holds_a_job_dispatched_ahead_until_its_due_time_by_redi
     assert held(redis_ms, redis_ms * 1000 + 1) < 0.01
     assert held(None, redis_ms * 1000) < 0.01
     assert held(redis_ms + 80, None) < 0.01
+
+
+def test_an_attempt_held_until_its_due_time_decides_its_spans_and_monitors_before_the_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What ``around_attempt`` costs (the tracer provider looked up, the monitored schedule
+    found) is paid while the job waits for its due time: after the hold, only the task."""
+    from delayqueue.runner import attempt as attempts
+
+    seen: dict[str, float] = {}
+    around = attempts.around_attempt
+
+    def timed_around(*args: Any) -> Any:
+        seen["around"] = time.monotonic()
+        return around(*args)
+
+    class Kept:
+        def add(self, call: object, report: object, unsent: str) -> None:
+            seen["settled"] = time.monotonic()
+
+    monkeypatch.setattr(attempts, "around_attempt", timed_around)
+    redis_ms = 5_000_000
+    attempt = attempts.Attempt(
+        queue_keys("q"), "q", "J", "tok", "t", 1, due_ms=redis_ms + 80, claimed_ms=None,
+        begun_us=redis_ms * 1000, replied=time.monotonic(),
+    )  # fmt: skip
+    outcome = attempts.run_attempt(
+        attempt, lambda: seen.setdefault("ran", time.monotonic()), None, Kept()
+    )
+    assert outcome.succeeded
+    assert seen["ran"] - seen["around"] >= 0.07  # decided before the 80 ms hold
 
 
 def test_a_pass_after_redis_lost_only_some_scripts_keeps_what_it_claimed(

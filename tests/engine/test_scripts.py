@@ -591,6 +591,27 @@ def test_every_helper_a_script_calls_is_included() -> None:
                 )
 
 
+def test_a_script_leaves_out_the_helpers_it_never_names() -> None:
+    """Every call of a script runs each definition it holds (Redis keeps nothing between
+    calls): the limits' gate, which enqueue and fire never use, is not in their sources,
+    while what they use (and what that uses) is."""
+    for name in ("enqueue", "fire", "plan_schedule"):
+        source = scripts.load_source(name)
+        assert "local function admit(" not in source and "local function limit_gate(" not in source
+        assert "local function limits_of(" in source
+    assert "local function admit(" in scripts.load_source("claim")
+    # what only a comment names is left out; what a string holds after "--" is not a comment
+    lua = (
+        "local function a() return 1 end\n"
+        "local function b()\n  return a()\nend\n"
+        "local function c()\n  return 2\nend\n"
+        "local function d()\n  return 3\nend\n"
+        "-- c is not used\nreturn {b(), '--', d()}\n"
+    )
+    kept = scripts._without_unused(lua)
+    assert "function b(" in kept and "function d(" in kept and "function c(" not in kept
+
+
 # ---- one keyless job: enqueue's straight path ----------------------------------------------
 
 
