@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,6 @@ class Outcome:
 def run(client: redis.Redis, folder: Path, seconds: float, workers: int, seed: int) -> Outcome:
     """Run the chaos for ``seconds`` against the suite's (or a given) Redis and Celery."""
     from delayqueue.periodic.identity import occurrence_id
-    from tests.support import jobs
 
     rng = random.Random(seed)
     env = child_env(DQ_TEST_SCHEDULES=json.dumps(SETTING))
@@ -59,32 +59,64 @@ def run(client: redis.Redis, folder: Path, seconds: float, workers: int, seed: i
         return Process("delay worker", command, folder / f"delay-worker-{made}.log", env)
 
     running = [start() for _ in range(workers)]
+    # The chaos starts once every worker is up (the schedule planned): a kill during a
+    # worker's start-up, which takes seconds on a loaded machine, would test nothing.
+    wait_until(lambda: all(up(worker) for worker in running), timeout=120)
     kills = 0
     started = time.time()
     try:
         while time.time() - started < seconds:
             time.sleep(rng.uniform(0.3, 3.0))
-            victim = running.pop(rng.randrange(len(running)))
+            ready = [worker for worker in running if up(worker)]
+            if not ready:
+                continue  # all of them still starting
+            victim = ready[rng.randrange(len(ready))]
+            running.remove(victim)
             victim.popen.send_signal(signal.SIGKILL)
             victim.stop()  # (dead already: closes its log)
             kills += 1
             running.append(start())
-    finally:
         ended = time.time()
+        # The window: whole seconds after every worker had started, before the chaos ended.
+        first, last = int(started) + 1, int(ended) - 1
+        expected = {occurrence_id(SCHEDULE, s * 1000) for s in range(first, last + 1)}
+        # The workers left running finish the window's occurrences (a claim a killed worker
+        # held is reaped after 2 s, and runs); then a little longer, so that an occurrence
+        # that would run twice has the time to.
+        wait_until(lambda: expected <= set(runs_of(client)), timeout=60)
+        time.sleep(3)
+    finally:
         for worker in running:
             worker.stop()
-    time.sleep(6)  # a claim a killed worker held is reaped (2 s) and runs
-    # The window: whole seconds after every worker had started and before the last stop.
-    first, last = int(started) + 5, int(ended) - 1
-    expected = {occurrence_id(SCHEDULE, s * 1000) for s in range(first, last + 1)}
+    runs = runs_of(client)
+    lost = sorted(i for i in expected if runs[i] == 0)
+    doubled = sorted(i for i in expected if runs[i] > 1)
+    return Outcome(len(expected), sum(1 for i in expected if runs[i] == 1), lost, doubled, kills)
+
+
+def up(worker: Process) -> bool:
+    """Whether ``worker`` has started its passes (its log says so)."""
+    return "starting (claims" in worker.output()
+
+
+def runs_of(client: redis.Redis) -> Counter[str]:
+    """How many times each occurrence ran (by its job id), from the jobs' reports."""
+    from tests.support import jobs
+
     runs: Counter[str] = Counter()
     for raw in client.lrange(jobs.RAN, 0, -1):
         report = json.loads(raw)
         if report["kind"] == "occurrence":
             runs[report["tag"].split(":", 1)[1]] += 1
-    lost = sorted(i for i in expected if runs[i] == 0)
-    doubled = sorted(i for i in expected if runs[i] > 1)
-    return Outcome(len(expected), sum(1 for i in expected if runs[i] == 1), lost, doubled, kills)
+    return runs
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> None:
+    """Poll ``condition`` until it holds or ``timeout`` seconds have passed (then go on:
+    the outcome says what is missing)."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def main() -> int:
