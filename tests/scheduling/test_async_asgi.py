@@ -28,6 +28,7 @@ from tests.support.redis_server import free_port
 from tests.support.waiting import wait_for
 
 CLIENTS = 50
+STARTS_WITHIN = 120  # seconds for uvicorn to answer: importing Django and the app on a busy machine
 HELD_FOR = 30  # seconds a paused Redis holds the calls at most, waiting for a ping
 Q = queue_keys("tests")
 
@@ -69,7 +70,7 @@ def server(tmp_path: Path) -> Iterator[tuple[int, Process]]:
             return False
 
     try:
-        wait_for(answers, 30)
+        wait_for(answers, STARTS_WITHIN)
         assert process.alive(), process.output()
         yield port, process
     finally:
