@@ -455,9 +455,12 @@ def test_a_forked_child_makes_its_own_clients_and_leaves_the_parents(r: redis.Re
 
 def test_the_event_loop_is_free_while_redis_is_slow(r: redis.Redis) -> None:
     """A coroutine waiting on Redis leaves the loop to the others (a sync call would hold
-    it): while the server is paused for writes, a ticker on the same loop keeps ticking."""
+    it): while the server is paused for writes, a ticker on the same loop keeps ticking.
+    Redis stays paused until the ticker has ticked (30 s at most), so a slow machine only
+    makes the test wait longer; a call that held the loop would keep the ticker still until
+    the pause ran out, its write done first."""
 
-    async def main() -> tuple[int, float]:
+    async def main() -> tuple[int, bool, bool]:
         await jobs.record.adelay_for("warm", seconds=60)
         ticks = 0
 
@@ -475,19 +478,26 @@ def test_the_event_loop_is_free_while_redis_is_slow(r: redis.Redis) -> None:
                 for n in r.get_primaries()  # type: ignore[attr-defined]
             ]
         for c in clients:
-            c.execute_command("CLIENT", "PAUSE", 300, "WRITE")
-        started = asyncio.get_running_loop().time()
-        tick = asyncio.ensure_future(ticker())
-        await jobs.record.adelay_for("paused", seconds=60)
-        waited = asyncio.get_running_loop().time() - started
+            c.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")
+        try:
+            write = asyncio.ensure_future(jobs.record.adelay_for("paused", seconds=60))
+            tick = asyncio.ensure_future(ticker())
+            while ticks < 10 and not write.done():
+                await asyncio.sleep(0.01)
+            ticked_while_waiting = not write.done()
+            await asyncio.sleep(0.3)
+            still_waiting = not write.done()  # (the pause holds it: it did reach Redis)
+        finally:
+            for c in clients:
+                c.execute_command("CLIENT", "UNPAUSE")
+                c.close()
+        await write
         tick.cancel()
-        for c in clients:
-            c.close()
-        return ticks, waited
+        return ticks, ticked_while_waiting, still_waiting
 
-    ticks, waited = run(main())
-    assert waited >= 0.25  # the write did wait for the pause
-    assert ticks >= 10  # and the loop ran the ticker meanwhile
+    ticks, ticked_while_waiting, still_waiting = run(main())
+    assert still_waiting  # the write did wait for the pause
+    assert ticked_while_waiting and ticks >= 10  # and the loop ran the ticker meanwhile
 
 
 # ---- the loop's shared connection (engine/async_direct.py) ----------------------------------
