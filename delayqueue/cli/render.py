@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import unicodedata
 from dataclasses import asdict
 from typing import Any, TextIO
 
@@ -24,14 +23,15 @@ STATE_NAMES = {"scheduled": "scheduled", "inflight": "in flight", "dead": "dead"
 
 
 def escaped(text: str) -> str:
-    """``text`` fit for a terminal: each control or format character but newline and tab
-    (what Redis may hold in a task's name or an error: ``\x1b]0;...\x07`` retitles a
-    terminal) written as its backslash escape."""
+    """``text`` fit for a terminal: each character Python does not call printable but newline
+    and tab written as its backslash escape: controls and format characters (what Redis may
+    hold in a task's name or an error: ``\x1b]0;...\x07`` retitles a terminal), and the
+    line and paragraph separators (U+2028, U+2029) and spaces other than " ", which would
+    break or disguise a line."""
     if text.isprintable():
         return text
     return "".join(
-        char if char in "\n\t" or unicodedata.category(char)[0] != "C" else repr(char)[1:-1]
-        for char in text
+        char if char in "\n\t" or char.isprintable() else repr(char)[1:-1] for char in text
     )
 
 

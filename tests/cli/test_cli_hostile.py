@@ -39,6 +39,14 @@ def test_show_prints_a_terminal_escape_from_redis_escaped(r: redis.Redis) -> Non
     assert "\\x1b]0;pwned\\x07" in shown.stdout
 
 
+def test_show_prints_line_separators_and_odd_spaces_from_redis_escaped(r: redis.Redis) -> None:
+    job = make_dead("separators", error="ValueError: one\u2028two\u2029three\xa0four")
+    shown = cli("show", job.id)
+    assert shown.returncode == 0, shown.stderr
+    assert not {"\u2028", "\u2029", "\xa0"} & set(shown.stdout)
+    assert "one\\u2028two\\u2029three\\xa0four" in shown.stdout
+
+
 @pytest.fixture(scope="module")
 def locked_redis() -> Iterator[RedisServer]:
     """A redis-server of its own that wants a password nobody here gives."""

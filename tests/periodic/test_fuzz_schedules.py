@@ -21,7 +21,7 @@ import redis
 from celery import Celery
 from django.core.management import call_command
 from django.test import Client
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 import delayqueue
@@ -227,6 +227,8 @@ def command_line(problems: list[str]) -> None:
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
 @given(corruptions=st.lists(CORRUPTIONS, min_size=1, max_size=4))
+# Found by a long run: a task name with a line separator (U+2028) went to the terminal as is.
+@example(corruptions=[("field", "every", "task", "a\u2028b".encode())])
 def test_whatever_a_schedule_holds_the_worker_the_page_and_the_command_line_go_on(
     parked_celery: Celery,
     fresh: Callable[[], None],
