@@ -13,7 +13,8 @@ import socket
 import struct
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import hiredis
 import redis
@@ -25,6 +26,8 @@ from redis.connection import AbstractConnection
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 
 from delayqueue.engine.clients import OnFirstUse
+
+_Reply = TypeVar("_Reply")
 
 
 class DirectConnections:
@@ -50,36 +53,32 @@ class DirectConnections:
         """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
         twice with the same arguments: a connection Redis dropped while it sat idle is
         replaced and the call sent again, ``tries`` times in all."""
-        self._forget_parents()
-        try:
-            link, new = self._idle.pop(), False
-        except IndexError:
-            link, new = _Link(self._connection_class(**self._kwargs)), True
-        try:
-            reply = link.call(script, keys, args, connect=new, tries=tries)
-        except BaseException:
-            link.disconnect()
-            raise
-        self._idle.append(link)
-        return reply
+        return self._on_a_link(
+            lambda link, new: link.call(script, keys, args, connect=new, tries=tries)
+        )
 
     def run_all(self, commands: list[bytes]) -> list[Any]:
         """Send the packed ``commands`` at once on one connection and read a reply for each
         (an error reply as its exception, not raised; engine/direct_pipeline.py). Only for
         commands that can run twice: a connection Redis dropped while it sat idle is
         replaced and all of them sent again."""
+        return self._on_a_link(lambda link, new: link.call_all(commands, connect=new))
+
+    def _on_a_link(self, use: Callable[[_Link, bool], _Reply]) -> _Reply:
+        """``use(link, new)`` on an idle connection (a new one when none is idle), which goes
+        back to the idle list after it, or is dropped when ``use`` raised."""
         self._forget_parents()
         try:
             link, new = self._idle.pop(), False
         except IndexError:
             link, new = _Link(self._connection_class(**self._kwargs)), True
         try:
-            replies = link.call_all(commands, connect=new)
+            reply = use(link, new)
         except BaseException:
             link.disconnect()
             raise
         self._idle.append(link)
-        return replies
+        return reply
 
     def open(self) -> None:
         """Connect one idle connection ahead of the first call."""
@@ -131,14 +130,13 @@ class _Link:
     def call(
         self, script: Script, keys: list[str], args: list[Any], *, connect: bool, tries: int = 3
     ) -> Any:
-        failures, loaded = 0, False
-        while True:
+        command = packed("EVALSHA", script.sha, len(keys), *keys, *args)
+        loaded = False
+
+        def send() -> Any:
+            nonlocal loaded
             try:
-                if connect or failures:
-                    self.connect()
-                elif self._reader is not None:
-                    self._check_health()
-                return self.exchange(packed("EVALSHA", script.sha, len(keys), *keys, *args))
+                return self.exchange(command)
             except NoScriptError:
                 # Once per call, whatever connection failures came first: a replica promoted
                 # by a failover has no scripts, and is often reached on the last attempt.
@@ -146,6 +144,39 @@ class _Link:
                     raise
                 loaded = True
                 self.exchange(packed("SCRIPT", "LOAD", script.script))
+                return self.exchange(command)
+
+        return self._attempts(send, connect=connect, tries=tries)
+
+    def call_all(self, commands: list[bytes], *, connect: bool, tries: int = 3) -> list[Any]:
+        """Send the packed ``commands`` at once and read a reply for each (an error reply as
+        its exception, not raised): ``call`` for several, the scripts' loading left to the
+        caller (engine/direct_pipeline.py)."""
+        joined = b"".join(commands)
+
+        def send() -> list[Any]:
+            replies = self.exchange_all(joined, len(commands))
+            for reply in replies:
+                # LOADING, NOAUTH and the like: the connection is not usable, as
+                # ``exchange`` raises them (AuthenticationError is not retried)
+                if isinstance(reply, redis.ConnectionError):
+                    raise reply
+            return replies
+
+        return self._attempts(send, connect=connect, tries=tries)
+
+    def _attempts(self, send: Callable[[], _Reply], *, connect: bool, tries: int) -> _Reply:
+        """``send()``, connected first when ``connect`` (a new link) and after each failed
+        attempt, else after the health check; a connection error is tried again, ``tries``
+        attempts in all."""
+        failures = 0
+        while True:
+            try:
+                if connect or failures:
+                    self.connect()
+                elif self._reader is not None:
+                    self._check_health()
+                return send()
             except redis.AuthenticationError:
                 raise
             except redis.ConnectionError:
@@ -165,32 +196,6 @@ class _Link:
             except (redis.ConnectionError, redis.TimeoutError):
                 self.disconnect()
                 self.connect()
-
-    def call_all(self, commands: list[bytes], *, connect: bool, tries: int = 3) -> list[Any]:
-        """Send the packed ``commands`` at once and read a reply for each (an error reply as
-        its exception, not raised): ``call`` for several, the scripts' loading left to the
-        caller (engine/direct_pipeline.py)."""
-        packed, failures = b"".join(commands), 0
-        while True:
-            try:
-                if connect or failures:
-                    self.connect()
-                elif self._reader is not None:
-                    self._check_health()
-                replies = self.exchange_all(packed, len(commands))
-                for reply in replies:
-                    # LOADING, NOAUTH and the like: the connection is not usable, as
-                    # ``exchange`` raises them (AuthenticationError is not retried)
-                    if isinstance(reply, redis.ConnectionError):
-                        raise reply
-                return replies
-            except redis.AuthenticationError:
-                raise
-            except redis.ConnectionError:
-                failures += 1
-                if failures >= tries:
-                    raise
-                self.disconnect()  # the next attempt connects again
 
     def exchange(self, packed: bytes) -> Any:
         """Send one packed command and return its reply (raise it, when an error): as redis-py

@@ -61,20 +61,20 @@ def run_many_direct(calls: Sequence[ScriptCall[Any]]) -> list[Any]:
 
 
 def _run(
-    pipes: direct.DirectConnections, scripts: list[Script], calls: Sequence[ScriptCall[Any]]
+    connections: direct.DirectConnections, scripts: list[Script], calls: Sequence[ScriptCall[Any]]
 ) -> list[Any]:
     commands = [
         direct.packed("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args)
         for script, call in zip(scripts, calls, strict=True)
     ]
     new = {script.sha: script for script in scripts if script.sha not in _loaded}
-    replies = pipes.run_all(_loads(new.values()) + commands)
+    replies = connections.run_all(_loads(new.values()) + commands)
     loads, replies = replies[: len(new)], replies[len(new) :]
     _loaded.update(sha for sha, reply in zip(new, loads, strict=True) if reply == sha)
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if missing:  # Redis lost its scripts since: load them, send again what it refused
         lost = {scripts[i].sha: scripts[i] for i in missing}
-        again = pipes.run_all(_loads(lost.values()) + [commands[i] for i in missing])
+        again = connections.run_all(_loads(lost.values()) + [commands[i] for i in missing])
         _loaded.update(sha for sha, reply in zip(lost, again, strict=False) if reply == sha)
         for i, reply in zip(missing, again[len(lost) :], strict=True):
             replies[i] = reply
