@@ -10,19 +10,20 @@ The test command runs a short form (tests/periodic/test_periodic_chaos.py)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
 from tests.support.processes import Process, child_env
+from tests.support.waiting import wait_for
 
 SCHEDULE = "chaos-every-second"
 # missed="all": when every worker happens to be down at once (three killed within the
@@ -43,8 +44,9 @@ class Outcome:
         return not self.lost and not self.doubled
 
 
-def run(client: redis.Redis, folder: Path, seconds: float, workers: int, seed: int) -> Outcome:
-    """Run the chaos for ``seconds`` against the suite's (or a given) Redis and Celery."""
+def run(folder: Path, seconds: float, workers: int, seed: int) -> Outcome:
+    """Run the chaos for ``seconds`` against the Redis of ``REDIS_URL`` (the suite's) and a
+    running Celery worker."""
     from delayqueue.periodic.identity import occurrence_id
 
     rng = random.Random(seed)
@@ -61,7 +63,7 @@ def run(client: redis.Redis, folder: Path, seconds: float, workers: int, seed: i
     running = [start() for _ in range(workers)]
     # The chaos starts once every worker is up (the schedule planned): a kill during a
     # worker's start-up, which takes seconds on a loaded machine, would test nothing.
-    wait_until(lambda: all(up(worker) for worker in running), timeout=120)
+    wait_for(lambda: all(up(worker) for worker in running), timeout=120, interval=0.2)
     kills = 0
     started = time.time()
     try:
@@ -83,12 +85,13 @@ def run(client: redis.Redis, folder: Path, seconds: float, workers: int, seed: i
         # The workers left running finish the window's occurrences (a claim a killed worker
         # held is reaped after 2 s, and runs); then a little longer, so that an occurrence
         # that would run twice has the time to.
-        wait_until(lambda: expected <= set(runs_of(client)), timeout=60)
+        with contextlib.suppress(AssertionError):  # (the outcome says what is missing)
+            wait_for(lambda: expected <= set(runs_of()), timeout=60, interval=0.2)
         time.sleep(3)
     finally:
         for worker in running:
             worker.stop()
-    runs = runs_of(client)
+    runs = runs_of()
     lost = sorted(i for i in expected if runs[i] == 0)
     doubled = sorted(i for i in expected if runs[i] > 1)
     return Outcome(len(expected), sum(1 for i in expected if runs[i] == 1), lost, doubled, kills)
@@ -99,24 +102,11 @@ def up(worker: Process) -> bool:
     return "starting (claims" in worker.output()
 
 
-def runs_of(client: redis.Redis) -> Counter[str]:
+def runs_of() -> Counter[str]:
     """How many times each occurrence ran (by its job id), from the jobs' reports."""
     from tests.support import jobs
 
-    runs: Counter[str] = Counter()
-    for raw in client.lrange(jobs.RAN, 0, -1):
-        report = json.loads(raw)
-        if report["kind"] == "occurrence":
-            runs[report["tag"].split(":", 1)[1]] += 1
-    return runs
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> None:
-    """Poll ``condition`` until it holds or ``timeout`` seconds have passed (then go on:
-    the outcome says what is missing)."""
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    return Counter(str(run["tag"]).split(":", 1)[1] for run in jobs.ran("occurrence"))
 
 
 def main() -> int:
@@ -140,7 +130,7 @@ def main() -> int:
     client.flushall()
     celery = start_celery_worker(folder / "celery.log")
     try:
-        outcome = run(client, folder, options.seconds, options.workers, seed)
+        outcome = run(folder, options.seconds, options.workers, seed)
     finally:
         celery.stop()
     print(

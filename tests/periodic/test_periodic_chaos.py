@@ -15,7 +15,7 @@ from tests.chaos import periodic as periodic_chaos
 def test_every_occurrence_runs_once_while_delay_workers_are_killed(
     r: redis.Redis, celery_worker: Any, tmp_path: Path
 ) -> None:
-    outcome = periodic_chaos.run(r, tmp_path, seconds=20, workers=3, seed=20261125)
+    outcome = periodic_chaos.run(tmp_path, seconds=20, workers=3, seed=20261125)
     assert outcome.kills >= 5
     assert outcome.expected >= 12
     assert outcome.ok(), (outcome.lost, outcome.doubled)
