@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from delayqueue.observability.metrics import metrics_view
 from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
 from tests.support.celery_apps import parked_broker_url
-from tests.support.processes import ROOT, Process, child_env
+from tests.support.processes import ROOT, Process, child_env, run_python
 from tests.support.redis_server import free_port
 from tests.support.waiting import wait_for
 
@@ -299,9 +298,5 @@ def test_a_process_serving_no_metrics_counts_nothing(tmp_path: Path, multiproces
         "from delayqueue import signals; "
         "print(sum(len(s.receivers) for s in signals.ALL.values()))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=child_env(**extra), capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = run_python(code, timeout=60, **extra)
     assert int(done.stdout.split()[-1]) == (len(signals.ALL) if multiprocess else 0)

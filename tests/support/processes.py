@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,23 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return env
+
+
+def run_python(
+    source: str, *argv: str, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``source`` run in a new Python process (``argv`` its arguments) on the tests' settings
+    and ``env``: it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", source, *argv],
+        cwd=ROOT,
+        env=child_env(DJANGO_SETTINGS_MODULE="tests.settings", **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 class Process:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -29,7 +28,7 @@ from delayqueue.django_tasks.results import MAX_KEPT, MAX_TRACEBACK_CHARS  # noq
 from delayqueue.engine.keys import TaskResultField, queue_keys  # noqa: E402
 from delayqueue.wire import decode_args  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
-from tests.support.processes import ROOT, child_env  # noqa: E402
+from tests.support.processes import run_python  # noqa: E402
 from tests.support.stored import stored_job  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
@@ -170,12 +169,7 @@ def test_a_task_of_an_installed_app_is_read_in_a_process_that_never_imported_it(
         **{TaskResultField.TASK: "orders_demo.tasks.send_payment_reminder",
            TaskResultField.ARGS: "[1]", TaskResultField.RETURN: '"reminded"'},
     )  # fmt: skip
-    out = subprocess.run(
-        [sys.executable, "-c", READ_IN_A_FRESH_PROCESS, result_id],
-        cwd=ROOT, env=child_env(DJANGO_SETTINGS_MODULE="tests.settings"),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    out = run_python(READ_IN_A_FRESH_PROCESS, result_id, timeout=60)
     assert out.stdout.split() == ["False", "SUCCESSFUL", "send_payment_reminder", "reminded"]
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,7 +31,7 @@ from delayqueue.periodic.declarations import check_monitor
 from tests.support import jobs
 from tests.support import tasks_framework as django_tasks
 from tests.support.admin_pages import text, url
-from tests.support.processes import ROOT, child_env
+from tests.support.processes import run_python
 from tests.support.stored import packed_specs, stored_job
 
 Q = queue_keys("tests")
@@ -132,21 +130,6 @@ def test_monitor_is_true_or_false() -> None:
         check_monitor("yes")
     with pytest.raises(InvalidOption, match="monitor must be True or False"):
         declare.periodic_task(every=60, monitor=1)  # type: ignore[arg-type]
-
-
-def run_python(source: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``source`` run in a new Python process on the tests' settings (and ``env``): it must
-    exit 0."""
-    done = subprocess.run(
-        [sys.executable, "-c", source],
-        cwd=ROOT,
-        env=child_env(DJANGO_SETTINGS_MODULE="tests.settings", **env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 NO_EXTRAS = """
