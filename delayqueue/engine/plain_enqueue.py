@@ -9,7 +9,7 @@ as ``transitions.enqueue`` does (``PlainWritten.replies``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from itertools import chain
 from typing import Any, Literal, NamedTuple
 
@@ -35,16 +35,14 @@ class PlainWritten(NamedTuple):
 def enqueue_plain(
     keys: QueueKeys,
     mode: Literal["delay", "at"],
-    ids: Sequence[str],
-    ms: Sequence[int],
-    packed: Sequence[str],
+    jobs: Iterable[tuple[str, int, str]],
     *,
     wake_horizon_ms: int,
 ) -> ScriptCall[PlainWritten]:
-    """(new) -> scheduled for plain jobs ``ids[i]``, due ``ms[i]`` from Redis's now
-    ("delay") or at epoch ``ms[i]`` ("at"), with packed specs ``packed[i]``."""
+    """(new) -> scheduled for plain jobs ``(id, ms, packed spec)``, each due ``ms`` from
+    Redis's now ("delay") or at epoch ``ms`` ("at")."""
     argv: list[Any] = [keys.wake, wake_horizon_ms, PLAIN, mode]
-    argv += chain.from_iterable(zip(ids, ms, packed, strict=True))
+    argv += chain.from_iterable(jobs)
     return ScriptCall(
         "enqueue",
         [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix],

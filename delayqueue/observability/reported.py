@@ -138,12 +138,7 @@ def enqueue_plain(
     """``enqueue`` for plain jobs all due in one ``mode`` (engine/plain_enqueue.py), with
     the same events."""
     call = plain_enqueue.enqueue_plain(
-        keys,
-        mode,
-        [w.job.id for w in writing],
-        [w.ms for w in writing],
-        [w.packed for w in writing],
-        wake_horizon_ms=wake_horizon_ms,
+        keys, mode, ((w.job.id, w.ms, w.packed) for w in writing), wake_horizon_ms=wake_horizon_ms
     )
     each = SCHEDULED.wanted(level)
     summed = level == DEBUG and logger.isEnabledFor(INFO)

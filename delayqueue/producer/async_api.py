@@ -28,17 +28,16 @@ from delayqueue.engine import record
 from delayqueue.engine.async_clients import aremember_queue
 from delayqueue.engine.async_execution import arun_all, arun_direct
 from delayqueue.engine.keys import queue_keys
+from delayqueue.engine.transitions import ScriptCall
 from delayqueue.observability import events
 from delayqueue.producer.api import checked_items, rescheduled_job
 from delayqueue.producer.job_spec import Job, JobSpec, OnConflict, spec
 from delayqueue.producer.moves import acancel, arun_on_shards, flag, moved, reschedule_calls
 from delayqueue.producer.writes import (
-    apply_reply,
     chunk_call,
     chunked,
     defer,
     durable_of,
-    enqueue_call,
     in_atomic_block,
     written,
 )
@@ -127,10 +126,9 @@ async def _asubmit(specs: list[JobSpec], on_commit: bool, using: str | None) -> 
 async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     """``client._write``, awaited: one job alone, more in one round trip."""
     if len(specs) == 1:
-        job = specs[0].job
-        await aremember_queue(job.queue)
-        reply = (await arun_direct(enqueue_call(specs), durable=specs[0].durable))[0]
-        apply_reply(job, reply)
+        await aremember_queue(specs[0].job.queue)
+        call: ScriptCall[Any] = chunk_call(specs, events.INFO)  # (either layout)
+        written([specs], [await arun_direct(call, durable=specs[0].durable)])
         return
     for queue in {s.job.queue for s in specs}:
         await aremember_queue(queue)

@@ -47,10 +47,9 @@ def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     ``each_level``, with one line per write when that is DEBUG). Durable ones wait for
     replicas in the same round trip (engine/execution.py)."""
     if len(specs) == 1:  # the latency path: delay_for() in a request
-        job = specs[0].job
-        remember_queue(job.queue)
-        reply = run_direct(enqueue_call(specs), durable=specs[0].durable)[0]
-        apply_reply(job, reply)
+        remember_queue(specs[0].job.queue)
+        call: transitions.ScriptCall[Any] = chunk_call(specs, events.INFO)  # (either layout)
+        written([specs], [run_direct(call, durable=specs[0].durable)])
         return
     for queue in {s.job.queue for s in specs}:
         remember_queue(queue)
@@ -111,9 +110,9 @@ def plain_mode(chunk: list[JobSpec]) -> Mode | None:
 def chunk_call(
     chunk: list[JobSpec], level: int = events.DEBUG
 ) -> transitions.ScriptCall[list[transitions.Enqueued]] | transitions.ScriptCall[PlainWritten]:
-    """``enqueue_call`` for one chunk of a write: plain jobs of one mode, two or more, in
-    enqueue.lua's plain layout (engine/plain_enqueue.py), with the same events."""
-    mode = plain_mode(chunk) if len(chunk) > 1 else None
+    """``enqueue_call`` for one chunk of a write: plain jobs of one mode in enqueue.lua's
+    plain layout (engine/plain_enqueue.py), with the same events."""
+    mode = plain_mode(chunk)
     if mode is None:
         return enqueue_call(chunk, level)
     return reported.enqueue_plain(

@@ -85,9 +85,8 @@ def test_one_wake_when_the_batch_changes_the_head(r: redis.Redis) -> None:
 def plain_call(*jobs: tuple[str, int], mode: Literal["delay", "at"] = "delay") -> Any:
     spec = pack(BASE["task"], BASE["args"])
     return enqueue_plain(
-        Q, mode, [j[0] for j in jobs], [j[1] for j in jobs], [spec] * len(jobs),
-        wake_horizon_ms=WAKE_HORIZON_MS,
-    )  # fmt: skip
+        Q, mode, [(job_id, ms, spec) for job_id, ms in jobs], wake_horizon_ms=WAKE_HORIZON_MS
+    )
 
 
 def plain(*jobs: tuple[str, int], mode: Literal["delay", "at"] = "delay") -> PlainWritten:

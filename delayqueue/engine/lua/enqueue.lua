@@ -13,8 +13,8 @@
 -- ARGV[3..] per job, 7 strings: id, "delay" | "at", ms, dedupe key or "", "keep" | "replace",
 --           packed spec, limits: "" or "<expires ms or ''>\n<'lim' or ''>" (_limits.lua: a
 --           job with limits or an expiry gets its hash, with its spec, at once)
--- or, for plain jobs (no dedupe key, "keep", no limits: what delay_many writes), the plain
--- layout (engine/plain_enqueue.py):
+-- or, for plain jobs (no dedupe key, no limits: delay_for's usual job, and what delay_many
+-- writes), the plain layout (engine/plain_enqueue.py):
 -- ARGV[3] "plain"
 -- ARGV[4] "delay" | "at", for every job of the call
 -- ARGV[5..] per job, 3 strings: id, ms, packed spec
@@ -63,7 +63,8 @@ end
 -- having written nothing, and the specs this call added before it are deleted again (not
 -- those it found already there: the call sent again before a claim), so it leaves nothing
 -- written and the general path below, which does as it always did, gives the reply (the
--- error, or each job's outcome when some job has a hash).
+-- error, or each job's outcome when some job has a hash). One job (delay_for's call, the
+-- common one) goes straighter still: EXISTS and its two writes, no TYPE.
 local J = ARGV  -- the jobs, 7 strings per job from J[3] on (the plain layout: see below)
 if plain then
   local mode, dues, last_ms, last_due = ARGV[4], {}, nil, nil
@@ -78,6 +79,28 @@ if plain then
                                .. 'ms (a time between years 1 and 9999) or spec')
     end
     dues[#dues + 1] = due
+  end
+  if #ARGV == 7 then
+    local id, due, spec = ARGV[5], dues[1], ARGV[7]
+    if redis.call('EXISTS', KEYS[4] .. id) == 0 then
+      -- No TYPE: a ZADD on a key of another type fails having written nothing, and so does
+      -- the HSET on a bucket of another type. NX so that a failed HSET can be undone: a
+      -- member the ZADD added (1) is removed again; one already there (0: the call sent
+      -- again before a claim) was not moved, and moves only once its spec is written. The
+      -- script is atomic: no client sees the job in the zset without its spec in between
+      -- (keyspace notifications, when turned on, do tell of the ZADD and the ZREM). In any
+      -- other case (the call sent again after its job was claimed, a key of the wrong type)
+      -- it leaves nothing written and goes on as a batch of one.
+      local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
+      if type(added) == 'number' then
+        if type(redis.pcall('HSET', spec_bucket(KEYS[5], id), id, spec)) == 'number' then
+          if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
+          if due < clock() + horizon then wake_if_head(KEYS[1], id, due, ARGV[1]) end
+          return {clock()}
+        end
+        if added == 1 then redis.call('ZREM', KEYS[1], id) end
+      end
+    end
   end
   local new = key_type(KEYS[1])
   new = new == 'none' or new == 'zset'
@@ -133,48 +156,19 @@ if plain then
 end
 
 for i = 3, #J, 7 do
-  local mode, ms, conflict = J[i + 1], J[i + 2], J[i + 4]
+  local mode, ms, conflict, extra = J[i + 1], J[i + 2], J[i + 4], J[i + 6]
   local due = due_of(mode, ms)
   if J[i] == '' or not due or (conflict ~= 'keep' and conflict ~= 'replace')
-      or not is_spec(J[i + 5]) or not limits_of(J[i + 6]) then
+      or not is_spec(J[i + 5]) or (extra ~= '' and not limits_of(extra)) then
     return redis.error_reply('ERR enqueue: job ' .. (i - 3) / 7 .. ' has a bad id, mode, ms '
                              .. '(a time between years 1 and 9999), conflict, spec or limits')
   end
 end
 
--- One job without a dedupe key (delay_for's call, the common one) goes straight: EXISTS and
--- its two writes, none of the TYPE calls and helpers below. It takes only the case where
--- all goes right; in any other (the call sent again after its job was claimed, a key of the
--- wrong type) it leaves nothing written and falls through to the general path, which does
--- as it always did and so gives the same reply.
-if #J == 9 and J[6] == '' and J[9] == '' then
-  local id, spec = J[3], J[8]
-  local due = tonumber(J[5])
-  if J[4] == 'delay' then due = clock() + due end
-  if redis.call('EXISTS', KEYS[4] .. id) == 0 then
-    -- No TYPE: a ZADD on a key of another type fails having written nothing, and so does
-    -- the HSET on a bucket of another type. NX so that a failed HSET can be undone: a
-    -- member the ZADD added (1) is removed again; one already there (0: the call sent again
-    -- before a claim) was not moved, and moves only once its spec is written. The script is
-    -- atomic: no client sees the job in the zset without its spec in between (keyspace
-    -- notifications, when turned on, do tell of the ZADD and the ZREM).
-    local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
-    if type(added) == 'number' then
-      if type(redis.pcall('HSET', spec_bucket(KEYS[5], id), id, spec)) == 'number' then
-        if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
-        -- The wake-up of the general path (wrote(), then the end of the script).
-        if due < clock() + horizon then wake_if_head(KEYS[1], id, due, ARGV[1]) end
-        return {{id, due, 'created', 'scheduled'}}
-      end
-      if added == 1 then redis.call('ZREM', KEYS[1], id) end
-    end
-  end
-end
-
 -- A key of the wrong type fails the call as wrong_type does, before its first write. A
 -- batch checks every key it may use first (a later job must not fail once an earlier one
--- wrote). One job (one with a key, or one the straight path above left: one TYPE instead
--- of four) checks the scheduled zset, which it always writes, and each other key when it
+-- wrote). One job (one with a key or limits, or a plain one the straight path above left:
+-- one TYPE instead of four) checks the scheduled zset, which it always writes, and each other key when it
 -- uses it: it reads the dedupe hash and the inflight zset only before its first write,
 -- and a new job's first write is the HSET of its spec into its bucket, which fails on a
 -- bucket of another type having written nothing (checked() below). Replacing a job writes
