@@ -103,16 +103,20 @@ def spec(
     job_id = new_job_id()
     trace = scheduling_context(target.queue, job_id, target.name)  # (docs/tracing.md)
     packed = pack(target.name, args_json, kwargs_json, target.attempts, target.vt, key or "", trace)
-    # a sharded queue's job lives in the shard its limit's name, else its key, else its id
-    # hashes to
-    routing = limit_name(target.name, limit_key or "") if target.limits else key or job_id
-    queue = shard_for(target.queue, routing) if target.sharded else target.queue
+    queue = target.queue
+    if target.sharded:
+        # the job lives in the shard its limit's name, else its key, else its id hashes to
+        routing = limit_name(target.name, limit_key or "") if target.limits else key or job_id
+        queue = shard_for(queue, routing)
     job = Job(id=job_id, queue=queue, task=target.name, key=key)
     if durable is None:
         durable = target.durable
     else:
         check_flag(durable, "durable")
-    limits = job_limits(target.name, target.limits, target.expires_ms, limit_key, expires)
+    if limit_key is None and expires is None:  # the task's own
+        limits = target.limits_arg
+    else:
+        limits = job_limits(target.name, target.limits, target.expires_ms, limit_key, expires)
     return JobSpec(job, mode, ms, on_conflict, packed, durable, limits)
 
 
@@ -162,6 +166,7 @@ class _Target:
     sharded: bool  # the queue has shards (engine/shards.py)
     limits: Limits | None = None  # the task's rate and concurrency (engine/limits.py)
     expires_ms: int | None = None  # the task's expiry
+    limits_arg: str = ""  # both as enqueue.lua takes them (a call with no limit_key or expires)
 
 
 _targets: dict[tuple[Any, ...], _Target] = {}
@@ -218,8 +223,9 @@ def _check_target(
         getattr(task_obj, "dq_expires_ms", None),
     )
     return _Target(
-        task, config, name, queue, str(attempts), vt, durable, sharded, limits, expires_ms
-    )
+        task, config, name, queue, str(attempts), vt, durable, sharded, limits, expires_ms,
+        limits_arg(limits, "", expires_ms),
+    )  # fmt: skip
 
 
 def _first_given(*values: Any) -> Any:
