@@ -612,24 +612,32 @@ def test_a_script_leaves_out_the_helpers_it_never_names() -> None:
     assert "function b(" in kept and "function d(" in kept and "function c(" not in kept
 
 
-# ---- one keyless job: enqueue's straight path ----------------------------------------------
+# ---- one keyless job: enqueue's straight path (the plain layout of one job) ----------------
+
+
+def enqueue_plain(job_id: str, delay_ms: int = 0, vt: str = "") -> list[Any]:
+    """One keyless job of tests.support.jobs.record('x') in enqueue's plain layout, as
+    delay_for sends it: [Redis's clock] when it wrote the job, else each job's reply."""
+    spec = pack("tests.support.jobs.record", '["x"]', "", "3", vt, "")
+    return get_scripts().enqueue(
+        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix],
+        [WAKE, WAKE_HORIZON_MS, "plain", "delay", job_id, delay_ms, spec],
+    )
 
 
 def test_one_keyless_job_sent_again_before_its_claim_moves_and_takes_the_new_spec(
     r: redis.Redis,
 ) -> None:
-    first = enqueue("A", 60_000)
-    again = enqueue("A", 120_000, "", "keep", "vt", "5000")
-    assert (again[0], again[2], again[3]) == ("A", "created", "scheduled")
-    assert int(again[1]) >= int(first[1]) + 60_000
-    assert r.zscore(Q.scheduled, "A") == int(again[1])
+    [first_now] = enqueue_plain("A", 60_000)
+    [again_now] = enqueue_plain("A", 120_000, "5000")
+    assert r.zscore(Q.scheduled, "A") == again_now + 120_000 >= first_now + 120_000
     assert job(r, "A")["vt"] == "5000" and not r.exists(Q.job("A"))
 
 
 def test_one_keyless_job_sent_again_after_its_claim_is_not_put_back(r: redis.Redis) -> None:
-    enqueue("A", 0)
+    enqueue_plain("A", 0)
     assert [j[0] for j in claim()[4]] == ["A"]
-    job_id, _, outcome, state = enqueue("A", 0)
+    [(job_id, _, outcome, state)] = enqueue_plain("A", 0)
     assert (job_id, outcome, state) == ("A", "created", "inflight")
     assert r.zcard(Q.scheduled) == 0 and packed_specs(r, Q) == {}
 
@@ -640,16 +648,16 @@ def test_one_keyless_job_whose_bucket_is_not_a_hash_leaves_the_scheduled_zset_as
 ) -> None:
     """The straight path adds the job to the zset before it finds its bucket is not a hash:
     the job leaves it again, or (the call sent again before a claim) stays where it was."""
-    enqueue("OTHER", 5000)
+    enqueue_plain("OTHER", 5000)
     if again:
-        enqueue("A", 5000)
+        enqueue_plain("A", 5000)
     bucket = f"{Q.spec_prefix}A"  # the bucket of id "A"
     r.delete(bucket)
     r.set(bucket, "planted")
     before = r.zrange(Q.scheduled, 0, -1, withscores=True)
     message = f"WRONGTYPE delayqueue: {bucket} is a string, not a hash"
     with pytest.raises(redis.ResponseError, match=f"^{re.escape(message)}$"):
-        enqueue("A", 60_000)
+        enqueue_plain("A", 60_000)
     assert r.zrange(Q.scheduled, 0, -1, withscores=True) == before
     assert r.get(bucket) == "planted"
 
