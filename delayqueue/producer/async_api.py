@@ -35,6 +35,7 @@ from delayqueue.producer.job_spec import Job, JobSpec, OnConflict, spec
 from delayqueue.producer.moves import acancel, arun_on_shards, flag, moved, reschedule_calls
 from delayqueue.producer.writes import (
     chunk_call,
+    chunk_written,
     chunked,
     defer,
     durable_of,
@@ -128,7 +129,7 @@ async def _awrite(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     if len(specs) == 1:
         await aremember_queue(specs[0].job.queue)
         call: ScriptCall[Any] = chunk_call(specs, events.INFO)  # (either layout)
-        written([specs], [await arun_direct(call, durable=specs[0].durable)])
+        chunk_written(specs, await arun_direct(call, durable=specs[0].durable))
         return
     for queue in {s.job.queue for s in specs}:
         await aremember_queue(queue)

@@ -49,7 +49,7 @@ def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
     if len(specs) == 1:  # the latency path: delay_for() in a request
         remember_queue(specs[0].job.queue)
         call: transitions.ScriptCall[Any] = chunk_call(specs, events.INFO)  # (either layout)
-        written([specs], [run_direct(call, durable=specs[0].durable)])
+        chunk_written(specs, run_direct(call, durable=specs[0].durable))
         return
     for queue in {s.job.queue for s in specs}:
         remember_queue(queue)
@@ -75,13 +75,18 @@ def written(
 ) -> None:
     """The jobs' handles once their enqueue calls replied (their events: ``enqueue_call``)."""
     for chunk, reply in zip(chunks, replies, strict=True):
-        if isinstance(reply, PlainWritten):
-            if reply.now_ms is not None:
-                all_created(chunk, reply)
-                continue
-            reply = reply.replies or []
-        for s, one in zip(chunk, reply, strict=True):
-            apply_reply(s.job, one)
+        chunk_written(chunk, reply)
+
+
+def chunk_written(chunk: list[JobSpec], reply: list[transitions.Enqueued] | PlainWritten) -> None:
+    """The handles of one chunk's jobs once its enqueue call replied."""
+    if isinstance(reply, PlainWritten):
+        if reply.now_ms is not None:
+            all_created(chunk, reply)
+            return
+        reply = reply.replies or []
+    for s, one in zip(chunk, reply, strict=True):
+        apply_reply(s.job, one)
 
 
 def all_created(chunk: list[JobSpec], reply: PlainWritten) -> None:
