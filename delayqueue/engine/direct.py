@@ -13,8 +13,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import hiredis
 import redis
@@ -26,8 +25,6 @@ from redis.connection import AbstractConnection
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 
 from delayqueue.engine.clients import OnFirstUse
-
-_Reply = TypeVar("_Reply")
 
 
 class DirectConnections:
@@ -53,45 +50,47 @@ class DirectConnections:
         """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
         twice with the same arguments: a connection Redis dropped while it sat idle is
         replaced and the call sent again, ``tries`` times in all."""
-        return self._on_a_link(
-            lambda link, new: link.call(script, keys, args, connect=new, tries=tries)
-        )
-
-    def run_all(self, commands: list[bytes]) -> list[Any]:
-        """Send the packed ``commands`` at once on one connection and read a reply for each
-        (an error reply as its exception, not raised; engine/direct_pipeline.py). Only for
-        commands that can run twice: a connection Redis dropped while it sat idle is
-        replaced and all of them sent again."""
-        return self._on_a_link(lambda link, new: link.call_all(commands, connect=new))
-
-    def _on_a_link(self, use: Callable[[_Link, bool], _Reply]) -> _Reply:
-        """``use(link, new)`` on an idle connection (a new one when none is idle), which goes
-        back to the idle list after it, or is dropped when ``use`` raised."""
-        self._forget_parents()
+        command = pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
+        link, new = self._take()
         try:
-            link, new = self._idle.pop(), False
-        except IndexError:
-            link, new = _Link(self._connection_class(**self._kwargs)), True
-        try:
-            reply = use(link, new)
+            reply = link.call(command, script, connect=new, tries=tries)
         except BaseException:
             link.disconnect()
             raise
         self._idle.append(link)
         return reply
 
+    def run_all(self, commands: list[bytes]) -> list[Any]:
+        """Send the packed ``commands`` at once on one connection and read a reply for each
+        (an error reply as its exception, not raised; engine/direct_pipeline.py). Only for
+        commands that can run twice: a connection Redis dropped while it sat idle is
+        replaced and all of them sent again."""
+        link, new = self._take()
+        try:
+            replies = link.call_all(commands, connect=new)
+        except BaseException:
+            link.disconnect()
+            raise
+        self._idle.append(link)
+        return replies
+
+    def _take(self) -> tuple[_Link, bool]:
+        """An idle connection, or a new one when none is idle (``True``: to connect). The
+        caller puts it back on the idle list after its reply, or disconnects it when the
+        call raised."""
+        if self._pid != os.getpid():  # a forked child: not its parent's sockets
+            self._idle, self._pid = [], os.getpid()
+        try:
+            return self._idle.pop(), False
+        except IndexError:
+            return _Link(self._connection_class(**self._kwargs)), True
+
     def open(self) -> None:
         """Connect one idle connection ahead of the first call."""
-        self._forget_parents()
-        if not self._idle:
-            link = _Link(self._connection_class(**self._kwargs))
+        link, new = self._take()
+        if new:
             link.connect()
-            self._idle.append(link)
-
-    def _forget_parents(self) -> None:
-        """In a forked child, start with no idle connections (the parent's sockets)."""
-        if self._pid != os.getpid():
-            self._idle, self._pid = [], os.getpid()
+        self._idle.append(link)
 
     def close(self) -> None:
         idle, self._idle = self._idle, []
@@ -127,48 +126,32 @@ class _Link:
         self.connection.disconnect()
         self._reader = None
 
-    def call(
-        self, script: Script, keys: list[str], args: list[Any], *, connect: bool, tries: int = 3
-    ) -> Any:
-        command = packed("EVALSHA", script.sha, len(keys), *keys, *args)
-        loaded = False
-
-        def send() -> Any:
-            nonlocal loaded
-            try:
-                return self.exchange(command)
-            except NoScriptError:
-                # Once per call, whatever connection failures came first: a replica promoted
-                # by a failover has no scripts, and is often reached on the last attempt.
-                if loaded:
-                    raise
-                loaded = True
-                self.exchange(packed("SCRIPT", "LOAD", script.script))
-                return self.exchange(command)
-
-        return self._attempts(send, connect=connect, tries=tries)
+    def call(self, command: bytes, script: Script, *, connect: bool, tries: int = 3) -> Any:
+        """Send the packed EVALSHA ``command`` of ``script`` and return its reply (raise it,
+        when an error). When Redis lost the script (a replica promoted by a failover has
+        none), it is loaded and the command sent again, in one round trip."""
+        (reply,) = self._attempts(command, 1, connect=connect, tries=tries)
+        if isinstance(reply, NoScriptError):
+            load = packed("SCRIPT", "LOAD", script.script)
+            loaded, reply = self._attempts(load + command, 2, connect=False, tries=tries)
+            if isinstance(loaded, Exception):
+                raise loaded
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def call_all(self, commands: list[bytes], *, connect: bool, tries: int = 3) -> list[Any]:
         """Send the packed ``commands`` at once and read a reply for each (an error reply as
         its exception, not raised): ``call`` for several, the scripts' loading left to the
         caller (engine/direct_pipeline.py)."""
-        joined = b"".join(commands)
+        return self._attempts(b"".join(commands), len(commands), connect=connect, tries=tries)
 
-        def send() -> list[Any]:
-            replies = self.exchange_all(joined, len(commands))
-            for reply in replies:
-                # LOADING, NOAUTH and the like: the connection is not usable, as
-                # ``exchange`` raises them (AuthenticationError is not retried)
-                if isinstance(reply, redis.ConnectionError):
-                    raise reply
-            return replies
-
-        return self._attempts(send, connect=connect, tries=tries)
-
-    def _attempts(self, send: Callable[[], _Reply], *, connect: bool, tries: int) -> _Reply:
-        """``send()``, connected first when ``connect`` (a new link) and after each failed
-        attempt, else after the health check; a connection error is tried again, ``tries``
-        attempts in all."""
+    def _attempts(self, joined: bytes, count: int, *, connect: bool, tries: int) -> list[Any]:
+        """The replies to ``joined`` (``count`` packed commands), connected first when
+        ``connect`` (a new link) and after each failed attempt, else after the health check;
+        a connection error is tried again, ``tries`` attempts in all. A reply that is a
+        ConnectionError (LOADING, NOAUTH and the like: the connection is not usable) is one
+        too (AuthenticationError is not tried again)."""
         failures = 0
         while True:
             try:
@@ -176,7 +159,11 @@ class _Link:
                     self.connect()
                 elif self._reader is not None:
                     self._check_health()
-                return send()
+                replies = self.exchange_all(joined, count)
+                for reply in replies:
+                    if isinstance(reply, redis.ConnectionError):
+                        raise reply
+                return replies
             except redis.AuthenticationError:
                 raise
             except redis.ConnectionError:

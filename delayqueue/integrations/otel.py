@@ -24,6 +24,7 @@ A failure of the tracing itself is logged and never changes what the job does.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -36,9 +37,16 @@ from delayqueue.wire import HEADER_TRACE
 try:
     from opentelemetry import context as context_api
     from opentelemetry import trace
+    from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
     from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 except ImportError:  # the optional extra is not installed: every hook is a no-op
     trace = None  # type: ignore[assignment]
+    OTEL_PYTHON_TRACER_PROVIDER = ""
+
+# (read once: the API reads it at each get_tracer_provider until a provider is set)
+_PROVIDER_IN_ENVIRONMENT = bool(OTEL_PYTHON_TRACER_PROVIDER) and (
+    OTEL_PYTHON_TRACER_PROVIDER in os.environ
+)
 
 logger = logging.getLogger(__name__)
 
@@ -351,11 +359,22 @@ class _AttemptSpan:
             logger.warning("tracing: the span of job %s failed", self.attempt.job_id, exc_info=True)
 
 
+_provider_seen = False  # a provider, once set, is the process's for good (OpenTelemetry)
+
+
 def _provider_set() -> bool:
     """Whether a tracer provider was set (an SDK's, in practice): until then the API hands
-    out its proxy, whose spans record nothing."""
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    out its proxy, whose spans record nothing. Asked per attempt: until one is set, only
+    the API's own first test (its global still None, none named in the environment)."""
+    global _provider_seen
+    if not _provider_seen:
+        if getattr(trace, "_TRACER_PROVIDER", "") is None and not _PROVIDER_IN_ENVIRONMENT:
+            return False
+        provider = trace.get_tracer_provider()
+        _provider_seen = not isinstance(
+            provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        )
+    return _provider_seen
 
 
 def around_attempt(

@@ -80,7 +80,9 @@ def run_job(
         # (strict=False: under DURABLE, a replica slow to acknowledge is a warning; the begin
         # is written, and the run must not be given up for it)
         begin = reported.begin(keys, job_id, token, visibility_ms=visibility_ms)
-        ride = riders.ride(rides, keys, job_id, token, args, kwargs, request, due_ms)
+        ride = None
+        if rides is not None:
+            ride = riders.ride(rides, keys, job_id, token, args, kwargs, request, due_ms)
         if ride is None:
             started = run_direct(begin, strict=False)
         else:

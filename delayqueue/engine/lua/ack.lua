@@ -20,8 +20,16 @@
 -- #include _spec.lua
 -- #include _dedupe.lua
 -- #include _stats.lua
+
+-- Frees the slot job `id` holds of its task's limit (field 'lim'). Its helpers are defined
+-- in here, so only a limited job pays for them (Redis runs every definition of a script at
+-- each call).
+local function free_slot(task, lim, id)
 -- #include _now.lua
 -- #include _limits.lua
+  release_slot(KEYS[8], task, lim, id, KEYS[3], ARGV[4], now_ms())
+end
+
 local ttl = number_in(ARGV[3], 1, 1e9)
 if not ttl then return redis.error_reply('ERR ack: ARGV[3] is a stats ttl in seconds') end
 local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[6], 'zset'})
@@ -38,7 +46,7 @@ if spec then
   release_key(KEYS[4], spec_key(split_spec(spec)), id)
   redis.call('HDEL', bucket, id)
 end
-if f[4] then release_slot(KEYS[8], f[3], f[4], id, KEYS[3], ARGV[4], now_ms()) end
+if f[4] then free_slot(f[3], f[4], id) end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
 redis.call('ZREM', KEYS[6], id)
