@@ -52,7 +52,7 @@ def main() -> int:
         seed = random.SystemRandom().randrange(2**32)
         command = [
             sys.executable, "-m", "pytest", "-m", "fuzz", "-q", "-p", "no:cacheprovider",
-            f"--hypothesis-seed={seed}", "-o", "timeout=3600",
+            f"--hypothesis-seed={seed}", "-o", f"timeout={600 * options.factor}",
         ]  # fmt: skip
         if options.keyword:
             command += ["-k", options.keyword]

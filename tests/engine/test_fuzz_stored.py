@@ -449,7 +449,9 @@ def unaccounted(r: redis.Redis, planted: Planted, corruptions: list[tuple[Any, .
 
 
 # No shrinking: an example costs about a second, and the corruptions of a failing one are
-# already few (at most four) and named in the failure.
+# already few (at most four) and named in the failure. Its timeout is for a hang: on a
+# loaded machine an example takes several seconds, and 150 of them outlast the default 600.
+@pytest.mark.timeout(8 * examples(150))
 @settings(
     max_examples=examples(150),
     suppress_health_check=SUPPRESS,
