@@ -104,7 +104,7 @@ def test_a_failover_loses_acknowledged_jobs_only_without_durable(
     assert result.foreign_errors == []  # a caller sees delayqueue's errors only
     assert len(result.promoted_s) == 1 and result.writes_back_s[0] < 20
     assert result.unacknowledged_calls > 0  # the kill did land while the producers wrote
-    assert result.acknowledged >= 400
+    assert result.acknowledged >= 200  # enough to say something (about 400 on a quiet machine)
     assert (result.pending, result.dead) == (0, 0)
     assert result.executed + result.lost == result.acknowledged
     if scenario.durable:
