@@ -5,13 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from celery import current_app
 from django.core.checks import run_checks
 from django.test import override_settings
 
 
 def check_ids(**delayqueue: Any) -> set[str]:
-    with override_settings(DELAYQUEUE=delayqueue):
-        return {m.id for m in run_checks() if m.id and m.id.startswith("delayqueue.")}
+    # A CELERY_APP of tests/setups/ is imported by the check, and making a Celery app makes
+    # it Celery's current app for the whole process: the next test's checks would read it.
+    kept = current_app._get_current_object()  # type: ignore[attr-defined]
+    try:
+        with override_settings(DELAYQUEUE=delayqueue):
+            return {m.id for m in run_checks() if m.id and m.id.startswith("delayqueue.")}
+    finally:
+        kept.set_current()
 
 
 def test_good_settings_pass() -> None:
