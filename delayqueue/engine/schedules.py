@@ -27,6 +27,11 @@ def _keys(keys: QueueKeys, name: str) -> list[str]:
     return [keys.schedules, keys.schedule(name), keys.scheduled, keys.spec_prefix, keys.job_prefix]
 
 
+class Planned(NamedTuple):
+    planned: bool  # False: the record was planned or moved on since it was read (``seen``)
+    replaced: str  # planned: the occurrence it replaced ("" when none); else the job it plans
+
+
 def plan(
     keys: QueueKeys,
     name: str,
@@ -35,21 +40,29 @@ def plan(
     job_id: str,
     spec: str,
     wake_horizon_ms: int,
+    seen: str | None,
     declared: ScheduleDeclaration | None = None,
-) -> ScriptCall[str]:
+) -> ScriptCall[Planned]:
     """Write the schedule's record (what ``declared`` says, when given: else its record
-    keeps what it holds) and its next occurrence's job; the reply is the id of the
-    occurrence it replaced ("" when none)."""
-    argv: list[Any] = [name, next_ms, job_id, spec, keys.wake, wake_horizon_ms]
+    keeps what it holds) and its next occurrence's job, if the record still plans the
+    occurrence ``seen`` (its ``job`` as read; None: no record, or paused)."""
+    argv: list[Any] = [name, next_ms, job_id, spec, keys.wake, wake_horizon_ms, seen or ""]
     for field, value in (declared.fields() if declared is not None else {}).items():
         argv += [field, value]
     return ScriptCall(
         "plan_schedule",
         _keys(keys, name),
         argv,
-        lambda reply: _text(reply[1]),
+        lambda reply: _planned(reply, job_id),
         resend_safe=True,  # the same record and the same occurrence id: written once
     )
+
+
+def _planned(reply: Any, job_id: str) -> Planned:
+    planned, job = _text(reply[0]) == "planned", _text(reply[1])
+    if not planned and job == job_id:  # a resend of a call that planned it (its reply lost)
+        return Planned(True, "")
+    return Planned(planned, job)
 
 
 class Fired(NamedTuple):

@@ -6,15 +6,12 @@ pause and resume a queue or a schedule. Each sends its signal, log line and coun
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
 
 from delayqueue.engine import schedules, transitions
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.transitions import Id, ScriptCall
 from delayqueue.observability import events
 from delayqueue.observability.reported import id_text, reporting
-
-T = TypeVar("T")
 
 
 def force_back(sender: str, keys: QueueKeys, job_id: str, reason: str) -> ScriptCall[bool]:
@@ -78,8 +75,13 @@ def pause_schedule(sender: str, keys: QueueKeys, name: str) -> ScriptCall[bool]:
 
 
 def resume_schedule(
-    sender: str, call: ScriptCall[T], queue: str, name: str, next_ms: int
-) -> ScriptCall[T]:
+    sender: str, call: ScriptCall[schedules.Planned], queue: str, name: str, next_ms: int
+) -> ScriptCall[schedules.Planned]:
     """``call``, which plans paused schedule ``name``'s occurrence at ``next_ms`` (the
-    planner builds it): ``schedule_resumed`` once it ran."""
-    return reporting(call, lambda _: events.schedule_resumed(sender, queue, name, next_ms))
+    planner builds it): ``schedule_resumed`` once it planned it."""
+
+    def report(done: schedules.Planned) -> None:
+        if done.planned:
+            events.schedule_resumed(sender, queue, name, next_ms)
+
+    return reporting(call, report)

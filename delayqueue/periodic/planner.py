@@ -160,15 +160,6 @@ def _upsert(
         if stored.queue != queue:  # moved to another queue: the old one goes
             run(schedules.unplan(queue_keys(stored.queue), item.name, "remove"))
     current = next((s for s in found if s.queue == queue), None)
-    if current is not None and current.fingerprint == print_:
-        # (a next occurrence that is no instant, planted or left behind, is planned again)
-        planned_well = is_instant(current.next_ms)
-        if current.paused or (current.job and planned_well):
-            result.unchanged.append(item.name)
-            return
-    last = (current.last_ms or 0) if current is not None else 0
-    next_ms = rule.next_after(max(now, last))
-    remember_queue(queue)
     declared = ScheduleDeclaration(
         task=item.task,
         rule=rule.written,
@@ -180,17 +171,45 @@ def _upsert(
         source=item.source,
         limits=limits,
     )
-    run(plan_call(queue, item.name, next_ms, spec, declared))
-    if current is not None and current.paused:  # a changed paused schedule stays paused
-        run(schedules.unplan(queue_keys(queue), item.name, "pause"))
-    result.planned.append(item.name)
+    for _ in range(PLAN_TRIES):
+        if current is not None and current.fingerprint == print_:
+            # (a next occurrence that is no instant, planted or left behind, is planned again)
+            planned_well = is_instant(current.next_ms)
+            if current.paused or (current.job and planned_well):
+                result.unchanged.append(item.name)
+                return
+        last = (current.last_ms or 0) if current is not None else 0
+        next_ms = rule.next_after(max(now, last))
+        remember_queue(queue)
+        seen = current.job if current is not None else None
+        if run(plan_call(queue, item.name, next_ms, spec, declared, seen)).planned:
+            if current is not None and current.paused:  # a changed paused schedule stays paused
+                run(schedules.unplan(queue_keys(queue), item.name, "pause"))
+            result.planned.append(item.name)
+            return
+        # Another worker planned it or moved it on since it was read (workers starting
+        # together): read it again, and plan from that.
+        current = next(iter(schedules.stored(queue, item.name)), None)
+        now = redis_now()
+    raise InvalidOption(f"its record changed {PLAN_TRIES} times while it was planned")
+
+
+# Plans of one schedule at a worker's start before it gives up (each try reads the record
+# anew: only another writer on every try makes them all fail).
+PLAN_TRIES = 5
 
 
 def plan_call(
-    queue: str, name: str, next_ms: int, spec: str, declared: ScheduleDeclaration | None
-) -> ScriptCall[str]:
-    """Plan the occurrence at ``next_ms``; ``declared``: what the record says of the
-    schedule (None: it keeps what it holds)."""
+    queue: str,
+    name: str,
+    next_ms: int,
+    spec: str,
+    declared: ScheduleDeclaration | None,
+    seen: str | None,
+) -> ScriptCall[schedules.Planned]:
+    """Plan the occurrence at ``next_ms`` if the record still plans the occurrence ``seen``
+    (its job as read; None: no record, or paused); ``declared``: what the record says of
+    the schedule (None: it keeps what it holds)."""
     return schedules.plan(
         queue_keys(queue),
         name,
@@ -198,6 +217,7 @@ def plan_call(
         job_id=occurrence_id(name, next_ms),
         spec=spec,
         wake_horizon_ms=WAKE_HORIZON_MS,
+        seen=seen,
         declared=declared,
     )
 

@@ -171,14 +171,13 @@ def resume(name: str) -> bool:
     try:
         next_ms = planner.rule_of(stored).next_after(redis_now())
         # (the record keeps its rule, its counts and its last run: only the plan is new)
-        planned = planner.plan_call(stored.queue, name, next_ms, spec, None)
+        planned = planner.plan_call(stored.queue, name, next_ms, spec, None, stored.job)
         call = reported_acts.resume_schedule(SENDER_ADMIN, planned, stored.queue, name, next_ms)
     except RedisUnavailable:
         raise
     except RECORD_ERRORS as exc:
         raise CorruptSchedule(f"schedule {name} cannot be resumed: {exc}") from None
-    _on_record(call, name, "resumed")
-    return True
+    return _on_record(call, name, "resumed").planned  # (False: resumed meanwhile)
 
 
 def run_now(name: str) -> str | None:

@@ -39,7 +39,7 @@ CALLS: dict[str, transitions.ScriptCall[Any]] = {
     "resume": transitions.resume(KEYS),
     # periodic schedules (delayqueue.engine.schedules); "<name>" is the headers' placeholder
     "plan_schedule": schedules.plan(
-        KEYS, "<name>", next_ms=1, job_id=JOB, spec="t\n[]\n\n\n\n", wake_horizon_ms=1
+        KEYS, "<name>", next_ms=1, job_id=JOB, spec="t\n[]\n\n\n\n", wake_horizon_ms=1, seen=None
     ),
     "fire": schedules.fire(
         KEYS, "<name>", seen_ms=1, next_ms=2, job_id=JOB, missed=0, skip=False, wake_horizon_ms=1

@@ -85,6 +85,49 @@ def test_reconcile_plans_a_new_schedule_with_its_next_occurrence_written(
     assert r.zcard(queue_keys(Q).scheduled) == 1
 
 
+def test_a_worker_whose_read_is_older_than_another_workers_step_leaves_the_schedule_on(
+    r: redis.Redis, declare: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two delay workers start together: both read that no schedule is stored; the first
+    plans the occurrence T1, and its pass moves the schedule on to T2 when T1 comes due; the
+    second plans only then, from its old read. It must not put the schedule back on T1 (run
+    already) and drop T2, which no worker would then run: the plan checks the occurrence it
+    read, reads again and finds the schedule planned."""
+    declare("tick", every=1)
+    before = redis_ms(r)
+    planner.reconcile()  # the first worker
+    first = stored("tick").next_ms
+    assert first is not None
+    [fired] = planner.fire_due(Q, now_ms=first)  # its pass at T1
+    second = stored("tick").next_ms
+    assert second is not None and second > first and fired.at_ms == first
+    # the second worker, with the read and the clock of before the first one planned
+    monkeypatch.setattr(planner, "_stored_on", lambda queue: [])
+    monkeypatch.setattr(planner, "redis_now", lambda: before)
+    done = planner.reconcile()
+    assert done.unchanged == ["tick"] and done.planned == [] and not done.failed
+    assert stored("tick").next_ms == second and stored("tick").job == occurrence_id("tick", second)
+    assert scheduled_at(r, occurrence_id("tick", second)) == second  # still to run
+
+
+def test_a_plan_from_an_old_read_of_a_changed_schedule_is_made_again_from_a_new_one(
+    r: redis.Redis, declare: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A changed declaration meets a record another worker planned since it was read: the
+    re-plan is made from the record as it is now, and no occurrence is left behind."""
+    declare("tick", every=60)
+    planner.reconcile()
+    first = stored("tick")
+    monkeypatch.setattr(declarations, "_in_code", {})
+    declare("tick", every=3600)
+    monkeypatch.setattr(planner, "_stored_on", lambda queue: [])  # read before the first plan
+    assert planner.reconcile().planned == ["tick"]
+    found = stored("tick")
+    assert found.next_ms is not None and found.next_ms % 3_600_000 == 0
+    assert scheduled_at(r, str(first.job)) is None  # the old plan's occurrence went
+    assert r.zcard(queue_keys(Q).scheduled) == 1
+
+
 def test_a_changed_rule_replans_and_removes_the_unclaimed_occurrence(
     r: redis.Redis, declare: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
