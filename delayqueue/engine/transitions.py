@@ -216,13 +216,19 @@ def begin(
     visibility_ms: int,
     horizon_ms: int = 0,
     after: int = 0,
+    parse: Callable[[Any], Begun] = parse_begun,
 ) -> ScriptCall[Begun]:
-    """``horizon_ms`` and ``after``: a batch's (begin.lua, ARGV[5] and ARGV[6])."""
+    """``horizon_ms`` and ``after``: a batch's (begin.lua, ARGV[5] and ARGV[6], left out
+    when both are 0: the script's default). ``parse``: reads the reply (``parse_begun``, or
+    a caller's that reports it too)."""
+    args: list[Any] = [job_id, token, visibility_ms, keys.wake]
+    if horizon_ms or after:
+        args += (horizon_ms, after)
     return ScriptCall(
         "begin",
         [keys.job(job_id), keys.inflight, keys.limit_prefix, keys.scheduled],
-        [job_id, token, visibility_ms, keys.wake, horizon_ms, after],
-        parse_begun,
+        args,
+        parse,
         resend_safe=True,  # a second begin restarts the same deadline
     )
 

@@ -19,10 +19,11 @@ reply means to the outside world.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from delayqueue.engine import plain_enqueue, transitions
-from delayqueue.engine.begin_reply import Begun
+from delayqueue.engine.begin_reply import Begun, parse_begun
 from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.plain_enqueue import PlainWritten
 from delayqueue.engine.transitions import (
@@ -207,16 +208,20 @@ def begin(
     """The Celery side's start of a dispatch (``transitions.begin``). Its one state change
     of its own, a job its rate puts back to scheduled, reports ``job_limited``'s line here;
     an expired job's move to dead is ``expire``, and ``job_started`` is sent when the task
-    starts (after a job handed over ahead is held until its due time: runner/attempt.py)."""
+    starts (after a job handed over ahead is held until its due time: runner/attempt.py).
+    Once per job: its reader is a partial (no ``reporting`` closures and copy of the call)."""
+    report = partial(_begun, keys.queue, job_id)
+    return transitions.begin(
+        keys, job_id, token, visibility_ms=visibility_ms, horizon_ms=horizon_ms, after=after,
+        parse=report,
+    )  # fmt: skip
 
-    def report(begun: Begun) -> None:
-        if begun.limited_until is not None:
-            limit_events.started_over_rate(keys.queue, job_id, begun.limited_until)
 
-    call = transitions.begin(
-        keys, job_id, token, visibility_ms=visibility_ms, horizon_ms=horizon_ms, after=after
-    )
-    return reporting(call, report)
+def _begun(queue: str, job_id: str, reply: Any) -> Begun:
+    begun = parse_begun(reply)
+    if begun.limited_until is not None:
+        limit_events.started_over_rate(queue, job_id, begun.limited_until)
+    return begun
 
 
 class Settling(NamedTuple):
