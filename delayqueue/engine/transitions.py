@@ -169,15 +169,20 @@ def _claim_reply(reply: Any) -> Claim:
 
 
 def _claimed_job(row: Any) -> ClaimedJob:
-    job_id, token, attempt, task, args_json, kwargs_json, due, *trace = row
+    if len(row) == 7:  # (no trace context: most jobs)
+        job_id, token, attempt, task, args_json, kwargs_json, due = row
+        trace = b""
+    else:
+        job_id, token, attempt, task, args_json, kwargs_json, due, *rest = row
+        trace = _bytes(rest[0]) if rest else b""
     try:
         due_ms: int | None = _int(due)
     except (ValueError, OverflowError):
         due_ms = None
-    return ClaimedJob(
-        _bytes(job_id), token, attempt, _bytes(task), _bytes(args_json), _bytes(kwargs_json),
-        due_ms, _bytes(trace[0]) if trace else b"",
-    )  # fmt: skip
+    if not (type(job_id) is type(task) is type(args_json) is type(kwargs_json) is bytes):
+        job_id, task = _bytes(job_id), _bytes(task)  # (bytes replies: no call per field)
+        args_json, kwargs_json = _bytes(args_json), _bytes(kwargs_json)
+    return ClaimedJob(job_id, token, attempt, task, args_json, kwargs_json, due_ms, trace)
 
 
 def _bytes(value: Any) -> bytes:

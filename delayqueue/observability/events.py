@@ -168,6 +168,8 @@ def dispatched_all(jobs: Sequence[Dispatching]) -> None:
         if len(group) > LOG_EACH_DISPATCH:
             dispatched_batch(queue, lateness)
             level = DEBUG
+        if not DISPATCHED.wanted(level):  # (a burst's DEBUG lines, mostly: asked once)
+            continue
         for job, late in zip(group, lateness, strict=True):
             dispatched(queue, job.id, job.task, job.attempt, late, level)
 

@@ -60,7 +60,7 @@ def decode_claimed(
             kwargs_json.decode(),
             claimed_ms,
             None if due is None else int(due),
-            raw.trace.decode("utf-8", "replace"),  # (checked where it is read)
+            raw.trace.decode("utf-8", "replace") if raw.trace else "",  # (checked when read)
         )
         # What the Celery side would refuse to run, every time it is sent: to dead now,
         # with the real reason, not after MAX_NOT_STARTED dispatches as "never started".

@@ -68,6 +68,8 @@ class RedisListPublisher:
         self.kwargsrepr_maxsize = int(app.amqp.kwargsrepr_maxsize)
         # (Celery 5.5 made the depth a setting; 5.4 used its saferepr default, 3)
         self.repr_maxlevels = int(conf.get("task_repr_maxlevels", 3))
+        # the kwargsrepr of most messages (no kwargs), worked out once
+        self.no_kwargsrepr = saferepr({}, self.kwargsrepr_maxsize, self.repr_maxlevels)
         self.default_delivery_mode = conf.task_default_delivery_mode
         self.reply_to = str(app.thread_oid)
         self.origin = anon_nodename()
@@ -187,7 +189,9 @@ class RedisListPublisher:
             "parent_id": None,
             "argsrepr": message.argsrepr
             or saferepr(args, self.argsrepr_maxsize, self.repr_maxlevels),
-            "kwargsrepr": saferepr(kwargs, self.kwargsrepr_maxsize, self.repr_maxlevels),
+            "kwargsrepr": self.no_kwargsrepr
+            if type(kwargs) is dict and not kwargs
+            else saferepr(kwargs, self.kwargsrepr_maxsize, self.repr_maxlevels),
             "origin": self.origin,
             "ignore_result": True,
             "replaced_task_nesting": 0,

@@ -78,13 +78,13 @@ local function write_spec(job, parts, extra, fresh)
     if value ~= '' then
       set[#set + 1] = SPEC_FIELDS[i]
       set[#set + 1] = value
-    else
+    elseif not fresh then  -- (a fresh hash has nothing to delete: nothing is listed)
       gone[#gone + 1] = SPEC_FIELDS[i]
     end
   end
   for _, value in ipairs(extra or {}) do set[#set + 1] = value end
   if #set > 0 then redis.call('HSET', job, unpack(set)) end
-  if #gone > 0 and not fresh then redis.call('HDEL', job, unpack(gone)) end
+  if #gone > 0 then redis.call('HDEL', job, unpack(gone)) end
 end
 
 -- The dedupe key of split spec `parts` (nil or false when there is none).

@@ -115,7 +115,7 @@ local function examine(id, far_due)
   else
     plan.ok = true
     plan.fields = f
-    plan.limits = parse_limits(f[11])
+    if f[11] then plan.limits = parse_limits(f[11]) end  -- (no call for a job without)
   end
   return plan
 end
@@ -144,7 +144,7 @@ local function over_limit(plan)
 end
 for _, plan in ipairs(plans) do
   local id, job = plan.id, plan.job
-  if not over_limit(plan) then
+  if not (plan.limits and over_limit(plan)) then  -- (no call for a job without limits)
     if plan.foreign then replace_foreign(job, plan.why) end
     -- The new fencing token and attempt (checked integers of at most 15 digits: exact), set
     -- with the unpacked spec in one HSET.
