@@ -169,12 +169,9 @@ def _claim_reply(reply: Any) -> Claim:
 
 
 def _claimed_job(row: Any) -> ClaimedJob:
-    if len(row) == 7:  # (no trace context: most jobs)
-        job_id, token, attempt, task, args_json, kwargs_json, due = row
-        trace = b""
-    else:
-        job_id, token, attempt, task, args_json, kwargs_json, due, *rest = row
-        trace = _bytes(rest[0]) if rest else b""
+    # (seven fields, or eight with a trace context, which most jobs lack: no list per row)
+    job_id, token, attempt, task, args_json, kwargs_json, due = row if len(row) == 7 else row[:7]
+    trace = _bytes(row[7]) if len(row) > 7 else b""
     try:
         due_ms: int | None = _int(due)
     except (ValueError, OverflowError):
