@@ -83,6 +83,7 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
         _unbatch_unknown(queue, task, entries, str(self.request.hostname))
         return 0
     request = self.request
+    eager = bool(getattr(request, "is_eager", False))
 
     def call(job: batches.BatchJob) -> Any:
         # The job's own request, as a single dispatch would have it (its headers as
@@ -102,7 +103,8 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
             return target.run(*job.args, **job.kwargs)
         finally:
             target.pop_request()
-            close_old_connections()  # as Celery's Django fixup does after each task
+            if not eager:  # (an eager run is inside its caller's transaction: left alone)
+                _close_old_connections(job.id)
 
     return batches.run_batch(
         call,
@@ -115,6 +117,19 @@ def run_batch(self: Task[Any, Any], queue: str, task: str, entries: list[Any]) -
         or dispatch_visibility_ms(request) / 1000,
         rides=riders.of(target),
     )
+
+
+def _close_old_connections(job_id: str) -> None:
+    """Between a batch's jobs, what Celery's Django fixup does after each task of a worker:
+    close the database connections that are broken or past their CONN_MAX_AGE. The job has
+    run by then, so an error here is logged, never the job's failure (a retry would run it
+    twice)."""
+    try:
+        close_old_connections()
+    except Exception:
+        logger.warning(
+            "after job %s: closing old database connections failed", job_id, exc_info=True
+        )
 
 
 # ---- saying so: the Celery worker runs delayqueue's messages -------------------------------

@@ -231,3 +231,55 @@ def test_a_backlog_on_the_broker_makes_a_pass_batch_its_few_jobs(
     assert newest["headers"]["task"] == RUN_BATCH
     entries = json.loads(base64.b64decode(newest["body"]))[0][2]
     assert sorted(entry[0] for entry in entries) == sorted(job.id for job in made)
+
+
+def run_in_worker(app: Celery, message: dict[str, Any]) -> Any:
+    """Run a published message in this process as a Celery worker's pool process does: not
+    eagerly (a worker's request, its headers as attributes)."""
+    task = app.tasks[message["task"]]
+    headers = message["headers"]
+    task.push_request(
+        headers=headers, is_eager=False, hostname="worker@test", delivery_info={}, **headers
+    )
+    try:
+        return task.run(*message["args"])
+    finally:
+        task.pop_request()
+
+
+def test_closing_old_database_connections_between_a_batchs_jobs_never_fails_a_job_that_ran(
+    r: redis.Redis, parked_celery: Celery, django_db_blocker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.db import connection
+
+    made = jobs.batched.delay_many([("ok1",), ("ok2",)], seconds=0, on_commit=False)
+    DelayWorker(["tests"], celery_app=parked_celery).run_pass()
+    [message] = published()
+    with django_db_blocker.unblock():
+        connection.ensure_connection()  # left open, as by a task that used the database
+    try:
+        # After each job the worker checks its open connections; that check raises here
+        # (pytest-django's blocker, where production would meet a database gone away).
+        with caplog.at_level(logging.WARNING, logger="delayqueue.tasks"):
+            assert run_in_worker(parked_celery, message) == 2
+    finally:
+        with django_db_blocker.unblock():
+            connection.close()
+    assert sorted(str(run["tag"]) for run in jobs.ran("batched")) == ["ok1", "ok2"]
+    for job in made:
+        assert not r.exists(Q.job(job.id))  # acked, not retried
+    assert r.zcard(Q.scheduled) == 0
+    assert "closing old database connections failed" in caplog.text
+
+
+@pytest.mark.django_db
+def test_a_batch_run_eagerly_leaves_its_callers_transaction_alone(
+    r: redis.Redis, parked_celery: Celery
+) -> None:
+    from django.contrib.auth.models import Group
+
+    Group.objects.create(name="kept")  # inside the test's transaction
+    jobs.batched.delay_many([("ok1",), ("ok2",)], seconds=0, on_commit=False)
+    DelayWorker(["tests"], celery_app=parked_celery).run_pass()
+    assert sum(run_messages(parked_celery, published())) == 2  # eager: task.apply
+    assert list(Group.objects.values_list("name", flat=True)) == ["kept"]
