@@ -140,7 +140,7 @@ def scheduling_context(queue: str, job_id: str, task: str) -> str:
     ``"span"``, that of a PRODUCER ``create <queue>`` span made for the job (an SDK span
     costs more than the 15 % of a ``delay_for`` it may: docs/tracing.md, "What it costs").
     Nothing without an active span."""
-    if trace is None:
+    if trace is None or not context_api.get_current():  # (an empty context holds no span)
         return ""
     current = trace.get_current_span().get_span_context()
     if not current.is_valid:
