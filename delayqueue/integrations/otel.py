@@ -140,10 +140,8 @@ def scheduling_context(queue: str, job_id: str, task: str) -> str:
     ``"span"``, that of a PRODUCER ``create <queue>`` span made for the job (an SDK span
     costs more than the 15 % of a ``delay_for`` it may: docs/tracing.md, "What it costs").
     Nothing without an active span."""
-    if trace is None or not context_api.get_current():  # (an empty context holds no span)
-        return ""
-    current = trace.get_current_span().get_span_context()
-    if not current.is_valid:
+    current = _active_span_context()
+    if current is None:
         return ""
     try:
         if get_settings().trace_scheduling == "context":
@@ -164,10 +162,18 @@ def active_context() -> str:
     """The context a job keeps of the span active here, with no span of its own; "" when
     none is (or without OpenTelemetry). An extra run of a schedule from the admin's request,
     say (docs/tracing.md, "Periodic jobs")."""
-    if trace is None:
-        return ""
+    current = _active_span_context()
+    return "" if current is None else _stored(current)
+
+
+def _active_span_context() -> Any:
+    """The active span's SpanContext when it is valid, else None (and without OpenTelemetry).
+    A delay_for's question: an empty context, what most calls meet, is answered before the
+    API's look-up of the current span."""
+    if trace is None or not context_api.get_current():  # (an empty context holds no span)
+        return None
     current = trace.get_current_span().get_span_context()
-    return _stored(current) if current.is_valid else ""
+    return current if current.is_valid else None
 
 
 class Firing:
