@@ -25,6 +25,7 @@ result has lived since its first attempt."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
@@ -57,7 +58,9 @@ from delayqueue.wire import dispatch_headers
 logger = logging.getLogger("delayqueue.django_tasks")
 
 TASKS_KEPT = 256  # rebuilt tasks a process keeps (by path, priority, queue and backend)
-_tasks: dict[tuple[str, int, str, str], Task[Any, Any]] = {}
+# each with its function when ``Task.call`` would only call it (see ``task_of``)
+_tasks: dict[tuple[str, int, str, str], tuple[Task[Any, Any], Callable[..., Any] | None]] = {}
+_SCALARS = frozenset((str, int, float, bool, type(None)))  # JSON values as they are
 
 
 def run_attempt(
@@ -75,9 +78,9 @@ def run_attempt(
     dispatch = dispatch_headers(request)
     queue = dispatch[0] if dispatch is not None else "default"
     priority = results.stored_priority(priority) or 0  # a job an earlier build wrote: True
-    task = task_of(path, priority, logical(queue), backend)
+    task, direct = _task_and_function(path, priority, logical(queue), backend)
     if dispatch is None:
-        return _call(task, None, args, kwargs)
+        return _call(task, direct, None, args, kwargs)
     job_id = dispatch[1]
     start_ms = _now_ms()
     begun = _started(riders.begun(job_id), queue, job_id, request, start_ms, path, args,
@@ -86,8 +89,8 @@ def run_attempt(
     if task.takes_context or heard(task_started, logging.INFO):
         task_started.send(sender=DelayQueueBackend, task_result=run.result())
     try:
-        value = _call(task, run.made, args, kwargs)
-        returned = json.dumps(value)
+        value = _call(task, direct, run.made, args, kwargs)
+        returned = "null" if value is None else json.dumps(value)
     except Exception as exc:
         run.failed(queue, result_ttl, exc)
         raise
@@ -230,12 +233,27 @@ def _now_ms() -> int:
 def task_of(path: str, priority: int, queue_name: str, backend: str) -> Task[Any, Any]:
     """The task at ``path`` as it was enqueued (``results.rebuilt_task``), worked out once
     per process for each (path, priority, queue, backend); at most TASKS_KEPT kept."""
+    return _task_and_function(path, priority, queue_name, backend)[0]
+
+
+def _task_and_function(
+    path: str, priority: int, queue_name: str, backend: str
+) -> tuple[Task[Any, Any], Callable[..., Any] | None]:
+    """``task_of``'s task, and its function when ``Task.call`` would only call it (a
+    function, not a coroutine function, that takes no context, on a task class that keeps
+    Django's ``call``), so a run calls it straight: worked out once, not at each run."""
     key = (path, priority, queue_name, backend)
     found = _tasks.get(key)
     if found is None:
-        found = results.rebuilt_task(
+        task = results.rebuilt_task(
             results.import_task(path), priority=priority, queue_name=queue_name, backend=backend
         )
+        plain = (
+            not task.takes_context
+            and type(task).call is Task.call
+            and not inspect.iscoroutinefunction(task.func)
+        )
+        found = (task, task.func if plain else None)
         if len(_tasks) >= TASKS_KEPT:
             _tasks.clear()
         _tasks[key] = found
@@ -273,17 +291,25 @@ def _started(
 
 
 def _call(
-    task: Task[Any, Any], result: TaskResult[Any] | None, args: list[Any], kwargs: Any
+    task: Task[Any, Any],
+    direct: Callable[..., Any] | None,
+    result: TaskResult[Any] | None,
+    args: list[Any],
+    kwargs: Any,
 ) -> Any:
     """The task's return value as JSON values (what Django's backends keep). An async task
-    runs on an event loop of its own (``Task.call``: asgiref's ``async_to_sync``)."""
+    runs on an event loop of its own (``Task.call``: asgiref's ``async_to_sync``); a plain
+    function (``direct``) is called as ``Task.call`` would call it."""
+    if direct is not None:
+        value = direct(*args, **kwargs)
+        return value if type(value) in _SCALARS else normalize_json(value)
     if task.takes_context:
         if result is None:
             raise TypeError(f"{task.module_path} takes a context: run it through its backend")
         value = task.call(TaskContext(task_result=result), *args, **kwargs)
     else:
         value = task.call(*args, **kwargs)
-    return normalize_json(value)
+    return value if type(value) in _SCALARS else normalize_json(value)
 
 
 def _error_of(exc: BaseException) -> tuple[str, str]:

@@ -69,7 +69,7 @@ def started_call(
         kept=MAX_KEPT,
         task=path,
         args=json.dumps(args),
-        kwargs=json.dumps(kwargs),
+        kwargs=json.dumps(kwargs) if kwargs else "{}",  # (the usual call's, made once)
         backend=backend,
         priority=str(priority),
         status=RUNNING,

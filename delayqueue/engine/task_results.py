@@ -234,23 +234,18 @@ def task_finished(
     """The call that writes how an attempt of job ``job_id`` ended into its results hash
     (lua/task_finished.lua: ``workers``, ``errors``, ``returned`` are JSON; a field not
     given is left as it is) and gives it ``ttl_seconds`` to live from now."""
-    fields = {
-        TaskResultField.STATUS: status,
-        TaskResultField.FINISHED: str(finished_ms),
-    }
-    if workers is not None:
-        fields[TaskResultField.WORKERS] = workers
-    if errors is not None:
-        fields[TaskResultField.ERRORS] = errors
-    if started_ms is not None:
-        fields[TaskResultField.STARTED] = str(started_ms)
-    if last_attempt_ms is not None:
-        fields[TaskResultField.LAST_ATTEMPT] = str(last_attempt_ms)
-    if returned is not None:
-        fields[TaskResultField.RETURN] = returned
-    argv: list[Any] = [ttl_seconds]
-    for field, value in fields.items():
-        argv += [field, value]
+    argv: list[Any] = [
+        ttl_seconds, TaskResultField.STATUS, status, TaskResultField.FINISHED, str(finished_ms)
+    ]  # fmt: skip
+    for field, value in (
+        (TaskResultField.WORKERS, workers),
+        (TaskResultField.ERRORS, errors),
+        (TaskResultField.STARTED, started_ms),
+        (TaskResultField.LAST_ATTEMPT, last_attempt_ms),
+        (TaskResultField.RETURN, returned),
+    ):
+        if value is not None:
+            argv += (field, value if isinstance(value, str) else str(value))
     return ScriptCall(
         "task_finished",
         [keys.task_result(job_id)],

@@ -39,7 +39,8 @@ if not now or not ttl or not kept or #ARGV % 2 ~= 1 then
 end
 -- What earlier attempts recorded there; a results key of another type is an error, and is
 -- left alone.
-local before = redis.pcall('HMGET', KEYS[1], 'workers', 'att', 'last', 'started', 'errors')
+local before = redis.pcall('HMGET', KEYS[1], 'workers', 'att', 'last', 'started', 'errors',
+                          'finished', 'ret')
 if before.err then
   return redis.error_reply('WRONGTYPE delayqueue: ' .. KEYS[1] .. ' is a ' ..
                            key_type(KEYS[1]) .. ', not a hash')
@@ -80,7 +81,8 @@ for i = 6, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i + 1]
   if slot[ARGV[i]] then found[slot[ARGV[i]]] = ARGV[i + 1] end
 end
-redis.call('HDEL', KEYS[1], 'finished', 'ret')
+-- (an earlier attempt's outcome: a first attempt's hash has none to delete)
+if before[6] or before[7] then redis.call('HDEL', KEYS[1], 'finished', 'ret') end
 -- The first attempt's start stays; one that is no time (cut off, planted, past the year
 -- 9999) is this one.
 if not whole(before[4], 0, MAX_TIME_MS) then
