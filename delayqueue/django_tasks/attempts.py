@@ -61,6 +61,7 @@ TASKS_KEPT = 256  # rebuilt tasks a process keeps (by path, priority, queue and 
 # each with its function when ``Task.call`` would only call it (see ``task_of``)
 _tasks: dict[tuple[str, int, str, str], tuple[Task[Any, Any], Callable[..., Any] | None]] = {}
 _SCALARS = frozenset((str, int, float, bool, type(None)))  # JSON values as they are
+_DJANGO_CALL = Task.call  # Django's own: a task class that replaces it is called through it
 
 
 def run_attempt(
@@ -250,7 +251,7 @@ def _task_and_function(
         )
         plain = (
             not task.takes_context
-            and type(task).call is Task.call
+            and type(task).call is _DJANGO_CALL
             and not inspect.iscoroutinefunction(task.func)
         )
         found = (task, task.func if plain else None)

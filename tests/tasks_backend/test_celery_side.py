@@ -363,3 +363,31 @@ def test_results_read_back_after_runs_on_prefork_and_threads(
     assert seen["status"] == "RUNNING" and seen["workers"] == alone.worker_ids
     assert len(tasks.reports(tasks.SIGNALS)) == 2 * (len(batch) + 1)
     assert "delayqueue.run_batch" in celery_log  # the 70 went in batches
+
+
+def test_a_task_class_that_replaces_call_is_run_through_it(
+    parked_celery: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain function is called straight (not through ``Task.call`` at each run); a task
+    class whose ``call`` is not Django's own is still run through it, async tasks too."""
+    from delayqueue.django_tasks import attempts
+
+    calls: list[tuple[Any, ...]] = []
+    django_call = type(tasks.add).call
+
+    def counted(task: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return django_call(task, *args, **kwargs)
+
+    monkeypatch.setattr(attempts, "_tasks", {})
+    tasks.add.enqueue("plain", 2, 3)
+    (message,) = dispatched(parked_celery)
+    assert run_here(parked_celery, message) == 5
+    monkeypatch.setattr(type(tasks.add), "call", counted)
+    assert calls == []  # (the first run found Django's own call: the function ran straight)
+    monkeypatch.setattr(attempts, "_tasks", {})
+    made = [tasks.add.enqueue("replaced", 4, 5), tasks.async_add.enqueue("async", 1, 1)]
+    messages = dispatched(parked_celery)
+    assert sorted(run_here(parked_celery, m) for m in messages) == [2, 9]
+    assert sorted(calls) == [("async", 1, 1), ("replaced", 4, 5)]
+    assert [tasks.add.get_result(made[0].id).return_value] == [9]
