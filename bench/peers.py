@@ -32,7 +32,8 @@ flatters huey a little.
 Enqueue rates are wall-clock, each system in turn, ``ROUNDS`` rounds (``delay_for`` and
 huey in alternate tenths within a round); the drains ``DRAIN_ROUNDS`` rounds, alternating
 systems. A figure is the median of its rounds; every round's value, the client's and the
-Redis server's CPU per job and the load average are in its detail."""
+Redis server's CPU per job (client and server CPU are steadier than wall-clock rates on a
+busy machine), the ratio of each round and the load average are in its detail."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ SCRIPT = Path(__file__).resolve().with_name("peers_bullmq.mjs")
 MODULES = Path(
     os.environ.get("DQ_BENCH_BULLMQ_DIR", Path.home() / ".cache" / "delayqueue-bench" / "bullmq")
 )
-BULK, ONE, BURST, OVERLOAD_S, ROUNDS, DRAIN_ROUNDS = 20_000, 20_000, 20_000, 4.0, 3, 2
+BULK, ONE, BURST, OVERLOAD_S, ROUNDS, DRAIN_ROUNDS = 20_000, 20_000, 20_000, 4.0, 3, 3
 SMOKE = (2_000, 300, 300, 1.0, 1, 1)
 BULK_GOAL, ONE_GOAL, DRAIN_GOAL, P99_GOAL = 2.2, 1.2, 2.0, 0.5
 HUEY_TASK = "shop_project.orders.tasks.close_unpaid_order"  # the peer run's 44-char path
@@ -331,17 +332,22 @@ def peers(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     def rate(name: str) -> float:
         return statistics.median(c.rate for c in costs[name])
 
-    def enqueue_detail(*names: str) -> dict[str, Any]:
-        return {**common, **{name: {"jobs": costs[name][0].jobs,
-                                    "rounds": [c.rate for c in costs[name]],
-                                    **_total(costs[name]).per_job_us()}
-                             for name in names}}  # fmt: skip
+    def enqueue_detail(ours: str, theirs: str) -> dict[str, Any]:
+        ratios = [a.rate / b.rate for a, b in zip(costs[ours], costs[theirs], strict=True)]
+        return {**common, "ratios": ratios,
+                **{name: {"jobs": costs[name][0].jobs, "rounds": [c.rate for c in costs[name]],
+                          **_total(costs[name]).per_job_us()}
+                   for name in (ours, theirs)}}  # fmt: skip
+
+    def ratios(values: dict[str, list[float]]) -> list[float]:
+        return [a / b for a, b in zip(values["delayqueue"], values["BullMQ"], strict=True)]
 
     drained = {s: [_drained(v) for v in late["burst", s]] for s in DRAINS}
     p99 = {s: [percentile(v, 99.0) / 1000 for v in late["overload", s]] for s in DRAINS}
-    drain_detail = {**common, "jobs": burst, "rounds": drained,
+    drain_detail = {**common, "jobs": burst, "rounds": drained, "ratios": ratios(drained),
                     "first_ms": {s: [v[0] for v in late["burst", s]] for s in DRAINS}}  # fmt: skip
     p99_detail = {**common, "jobs": burst, "seconds": overload_s, "rounds": p99,
+                  "ratios": ratios(p99),
                   "p50_s": {s: [percentile(v, 50.0) / 1000 for v in late["overload", s]]
                             for s in DRAINS}}  # fmt: skip
     many, add_bulk = rate("delay_many"), rate("addBulk")
@@ -356,7 +362,7 @@ def peers(env: BenchEnv, sizes: Sizes) -> list[Figure]:
                "huey schedule() (its write path)", huey, f"≥ {ONE_GOAL}x huey's",
                delay_for >= ONE_GOAL * huey, enqueue_detail("delay_for", "huey")),
         Figure("peers", "one at a time: delay_for", delay_for, "jobs/s",
-               "BullMQ add, one at a time", rate("add"), detail=enqueue_detail("add")),
+               "BullMQ add, one at a time", rate("add"), detail=enqueue_detail("delay_for", "add")),
         Figure("peers", f"burst: {burst:,} due at one instant, drained", ours, "jobs/s",
                "BullMQ Worker (its defaults)", theirs, f"≥ {DRAIN_GOAL}x BullMQ's",
                ours >= DRAIN_GOAL * theirs, drain_detail),
