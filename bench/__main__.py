@@ -26,8 +26,9 @@ SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "mem
 # Celery beat (bench/periodic.py); ``tasks`` Django's Tasks API on delayqueue
 # (bench/tasks_backend.py); ``tracing`` what a trace across the delay costs (bench/tracing.py);
 # ``limits`` what limits cost and how closely a rate holds (bench/limits.py); ``tasks-load``
-# what a Django task's job costs the Celery side against delay_for's (bench/tasks_load.py).
-OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing", "limits", "tasks-load")
+# what a Django task's job costs the Celery side against delay_for's (bench/tasks_load.py);
+# ``peers`` delayqueue beside BullMQ (node, installed on first use) and huey (bench/peers.py).
+OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing", "limits", "tasks-load", "peers")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -37,6 +38,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         bursts,
         cluster,
         limits,
+        peers,
         periodic,
         tasks_backend,
         tasks_load,
@@ -61,6 +63,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "tasks-load": tasks_load.tasks_load,
         "tracing": tracing.tracing,
         "limits": limits.limits,
+        "peers": peers.peers,
     }
 
 
