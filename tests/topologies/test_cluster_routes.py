@@ -1,7 +1,7 @@
 """The routes of ``delay_for`` on a Redis Cluster (engine/cluster_direct.py): a call finds
 its master by its first key, the same string on every call of a queue, so the hash tag is
-read from a key once, not on every call; and the routes stay bounded. Real cluster
-(tests/support/topologies.py)."""
+read from a key once, not on every call; a job's own key, first in the Celery side's calls,
+is not remembered; and the routes stay bounded. Real cluster (tests/support/topologies.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 import delayqueue
-from delayqueue.engine import clients, cluster_direct
+from delayqueue.engine import clients, cluster_direct, transitions
+from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import queue_keys
 from tests.support import jobs
 from tests.support.on_cluster import queues_on_every_master, scheduled_on
@@ -39,8 +40,11 @@ def test_a_queues_hash_tag_is_read_once_not_on_every_call(
     monkeypatch.setattr(cluster_direct, "_tag", counted)
     for port, queue in queues_on_every_master(cluster_set).items():
         read.clear()
-        made = [schedule(queue, i) for i in range(5)]
-        assert read == [queue_keys(queue).scheduled]  # the first call's, once
+        made = [schedule(queue, 0)]
+        assert set(read) == {queue_keys(queue).scheduled}  # the route found
+        read.clear()
+        made += [schedule(queue, i) for i in range(1, 5)]
+        assert read == []  # and the next calls' route looked up by their first key
         assert sorted(scheduled_on(cluster_set, port, queue)) == sorted(made)
         assert routed_port(queue) == port
 
@@ -59,3 +63,18 @@ def test_routes_are_forgotten_past_their_bound_and_found_again(
     assert routed_port(first) is None  # forgotten when the third queue's route was added
     for port, queue in by_master.items():
         assert sorted(scheduled_on(cluster_set, port, queue)) == sorted(made[port])
+
+
+def test_a_jobs_own_key_first_in_a_call_is_not_remembered(
+    cluster: clients.ClusterClient, cluster_set: ClusterSet
+) -> None:
+    port, queue = next(iter(queues_on_every_master(cluster_set).items()))
+    keys = queue_keys(queue)
+    made = [schedule(queue, i) for i in range(3)]
+    routes = cluster_direct.connections()
+    remembered = (len(routes._routes), len(routes._by_key))
+    for job_id in made:  # ack's first key is the job's (here no job is in flight)
+        assert run_direct(transitions.ack(keys, job_id, "no-such-token")) is False
+        assert routes.routed(keys.job(job_id)) == f"127.0.0.1:{port}"
+    assert (len(routes._routes), len(routes._by_key)) == remembered
+    assert sorted(scheduled_on(cluster_set, port, queue)) == sorted(made)
