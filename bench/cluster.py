@@ -101,14 +101,16 @@ def cleanup(topology: Topology) -> None:
         server.cleanup()
 
 
-def _cluster() -> tuple[Topology, ClusterSet]:
+def _cluster(*, replicas: bool = True) -> tuple[Topology, ClusterSet]:
     # Redis's default node timeout (the tests' 1 s fails a master over while two cores are
     # saturated: the cluster goes down mid-measurement).
-    cluster = ClusterSet(masters=MASTERS, replicas_per_master=1, node_timeout_ms=15_000).start()
+    cluster = ClusterSet(
+        masters=MASTERS, replicas_per_master=int(replicas), node_timeout_ms=15_000
+    ).start()
     masters = [cluster.server_on(port) for port, _id in cluster.masters()]
-    replicas = [s for s in cluster.servers if s not in masters]
-    topology = Topology(CLUSTERED, cluster.url, True, masters, replicas, cluster.flush)
-    return topology, cluster
+    others = [s for s in cluster.servers if s not in masters]
+    name = CLUSTERED if replicas else f"{CLUSTERED}, no replicas"
+    return Topology(name, cluster.url, True, masters, others, cluster.flush), cluster
 
 
 def balanced_queues(cluster: ClusterSet) -> list[str]:
