@@ -22,10 +22,11 @@ connected and warmed up, until every process of the measurement is ready.
 
 CPU: each process measures its own (``time.process_time``), each redis-server's is read from
 ``/proc/<pid>/stat`` and the machine's from ``/proc/stat`` before and after. Once the
-processes keep every core busy, the rate is the cores over the machine's CPU per job
-("busy µs/job"): a topology whose servers spend more CPU per job leaves less of the cores to
-the producers, whatever the client does. Not in the default run (``python -m bench`` runs
-the scenarios of ``SCENARIOS``): it starts nine more redis-servers and twelve processes.
+processes keep every core busy, the rate is the cores over the CPU of a job, the producers'
+and the redis-servers' ("cores' bound"): a topology whose servers spend more CPU per job
+leaves less of the cores to the producers, whatever the client does. Not in the default
+run (``python -m bench`` runs the scenarios of ``SCENARIOS``): it starts nine more
+redis-servers and twelve processes.
 """
 
 from __future__ import annotations
@@ -227,11 +228,15 @@ def print_cpu_table(measurements: list[Measurement], queues: list[str]) -> None:
     cores = measurements[0].cores
     table = Table(
         title=f"cluster: where the CPU went ({cores} cores; core-seconds during each measurement)",
-        caption=f"queues {', '.join(queues)}: {QUEUES_PER_MASTER} per master of the cluster",
+        caption=f"queues {', '.join(queues)}: {QUEUES_PER_MASTER} per master of the cluster. "
+        f"cores' bound: jobs/s if the clients and redis-servers had the {cores} cores to "
+        "themselves (cores / their CPU per job), which 'other' does not disturb much",
     )
     columns = ("load", "processes", "topology", "jobs/s", "wall s", "available", "busy",
                "clients", "Redis masters", "replicas", "other", "client µs/job",
-               "Redis µs/job", "busy µs/job")  # fmt: skip
+               "Redis µs/job", "cores' bound", f"bound / {SINGLE}'s")  # fmt: skip
+    single = {(m.load, m.processes): m.split()["cores_bound"] for m in measurements
+              if m.topology == SINGLE}  # fmt: skip
     for name in columns:
         table.add_column(name, justify="left" if name in ("load", "topology") else "right")
     for m in measurements:
@@ -241,9 +246,9 @@ def print_cpu_table(measurements: list[Measurement], queues: list[str]) -> None:
             f"{s['available']:.2f}", f"{s['busy']:.2f}", f"{s['clients']:.2f}",
             f"{s['redis_masters']:.2f}", f"{s['redis_replicas']:.2f}", f"{s['other']:.2f}",
             f"{s['client_us_per_job']:.1f}", f"{s['redis_us_per_job']:.1f}",
-            f"{s['busy'] / m.jobs * 1e6:.1f}",
+            f"{s['cores_bound']:,.0f}", f"{s['cores_bound'] / single[m.load, m.processes]:.2f}×",
         )  # fmt: skip
-    console = Console(width=190)
+    console = Console(width=200)
     console.print(table)
     noisy = [m for m in measurements if m.split()["other"] > NOISY * m.split()["available"]]
     if noisy:
