@@ -1,17 +1,22 @@
-"""The client's CPU per ``delay_for`` call, in this process: one redis-server against a Redis
-Cluster of three masters (a replica each, as bench/cluster.py starts them), alternated,
-three rounds by default.
+"""The CPU per ``delay_for`` call, the client's (in this process) and the redis-servers':
+one redis-server alone, the same with a replica, a Redis Cluster of three masters without
+replicas and one with a replica each (as bench/cluster.py starts it), alternated, three
+rounds by default: what replication costs and what sharding costs, each without the other.
 
     python -m bench.cluster_cpu [--calls 20000] [--rounds 3]
 
-``time.process_time`` over N calls, not the wall clock: the scenario ``cluster`` of
-``python -m bench`` is client-CPU bound on two cores, so the rate it finds follows the
-client's CPU per call, and that CPU is the same whatever else runs on the machine (the wall
-clock is not). Each measurement's calls go to the 12 queues in turn (4 on each master of
-the cluster, all 12 on the single server), after a warm-up on each queue (connections
-made, scripts loaded, queues registered), and the topology is flushed afterwards. The
-rounds alternate which topology goes first. The last column, single / cluster, is the
-cluster's rate relative to the single server's when the client's CPU is what limits both.
+CPU time, not the wall clock, which another program on the machine stretches: the client's
+from ``time.process_time`` over N calls, each redis-server's from ``/proc/<pid>/stat``, and
+the masters' time inside EVALSHA (``INFO commandstats``: the script's run; the rest of a
+master's CPU is reading, replying, replicating and its event loop). The
+scenario ``cluster`` of ``python -m bench`` keeps both cores busy from two producers on, so
+its rate follows the CPU of a job on the whole machine, the servers' included: the last
+column, 1 master / it (all CPU), is a topology's rate relative to the single server's when
+the cores are what limits both; 1 master / it (client CPU) is that ratio if the client's
+CPU were all there was. Each measurement's calls go to the 12 queues in turn (4 on
+each master of the cluster, all 12 on the single server), after a warm-up on each queue
+(connections made, scripts loaded, queues registered), and the topology is flushed
+afterwards. The rounds turn which topology goes first.
 """
 
 from __future__ import annotations
@@ -19,20 +24,37 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import NamedTuple
 
 from rich.console import Console
 from rich.table import Table
 
-from bench.cluster import _cluster, _single, balanced_queues
+from bench.cluster import _cluster, _single, balanced_queues, cleanup
 from bench.cluster_crew import Topology
 from bench.env import BenchEnv
+from tests.support.redis_server import RedisServer
+from tests.support.topologies import ClusterSet
 
 WARM_UP = 50  # calls per queue before each measurement
 
 
-def measure(topology: Topology, queues: list[str], calls: int) -> tuple[float, float, float]:
-    """(CPU µs, of which in the kernel, wall µs) per ``delay_for`` call on ``topology``."""
+class PerCall(NamedTuple):
+    """µs per ``delay_for`` call."""
+
+    client: float  # CPU of this process
+    kernel: float  # of which in the kernel
+    masters: float  # CPU of the masters
+    scripts: float  # of which inside EVALSHA
+    replicas: float  # and of their replicas
+    wall: float
+
+    @property
+    def all(self) -> float:
+        return self.client + self.masters + self.replicas
+
+
+def measure(topology: Topology, queues: list[str], calls: int) -> PerCall:
+    """The CPU (and wall) µs per ``delay_for`` call on ``topology``."""
     from django.test.utils import override_settings
 
     from bench.throughput import _noop
@@ -43,14 +65,26 @@ def measure(topology: Topology, queues: list[str], calls: int) -> tuple[float, f
     with override_settings(DELAYQUEUE=config):
         for i in range(WARM_UP * len(queues)):
             enqueue(noop, (i,), delay=3_600, queue=queues[i % len(queues)], on_commit=False)
+        for master in topology.masters:
+            master.client().config_resetstat()
+        servers = topology.cpu_seconds()
         cpu, system, wall = time.process_time(), os.times().system, time.perf_counter()
         for i in range(calls):
             enqueue(noop, (i,), delay=3_600 + i % 3_600, queue=queues[i % len(queues)],
                     on_commit=False)  # fmt: skip
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         system = os.times().system - system
+        servers = {k: v - servers[k] for k, v in topology.cpu_seconds().items()}
+        scripts = sum(_evalsha_seconds(master) for master in topology.masters)
     topology.flush()
-    return cpu / calls * 1e6, system / calls * 1e6, wall / calls * 1e6
+    return PerCall(*(s / calls * 1e6 for s in (cpu, system, servers["masters"], scripts,
+                                               servers["replicas"], wall)))  # fmt: skip
+
+
+def _evalsha_seconds(server: RedisServer) -> float:
+    """The seconds ``server`` spent running EVALSHA since its stats were reset."""
+    stats = server.client().info("commandstats").get("cmdstat_evalsha", {})
+    return float(stats.get("usec", 0)) / 1e6
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,42 +93,59 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     options = parser.parse_args(argv)
     env = BenchEnv()
-    single, cluster_set = _single(), None
+    singles: list[Topology] = []
+    clusters: list[ClusterSet] = []
     try:
-        clustered, cluster_set = _cluster()
-        queues = balanced_queues(cluster_set)
-        rows: list[dict[str, Any]] = []
+        singles = [_single()]
+        singles.append(_single(replica=True))
+        bare, made = _cluster(replicas=False)
+        clusters.append(made)
+        clustered, made = _cluster()
+        clusters.append(made)
+        queues = balanced_queues(made)
+        if balanced_queues(clusters[0]) != queues:  # (both split the slots alike)
+            raise RuntimeError("the two clusters spread the queues differently")
+        order = [*singles, bare, clustered]
+        rows: list[dict[str, PerCall]] = []
         for number in range(options.rounds):
-            pair = (single, clustered) if number % 2 == 0 else (clustered, single)
-            found = {t.name: measure(t, queues, options.calls) for t in pair}
-            rows.append({"round": number + 1, "first": pair[0].name, **found})
-        print_table(rows, single.name, clustered.name, options.calls)
+            turned = order[number % len(order) :] + order[: number % len(order)]
+            rows.append({t.name: measure(t, queues, options.calls) for t in turned})
+        print_table(rows, [t.name for t in order], options.calls)
     finally:
-        single.masters[0].cleanup()
-        if cluster_set is not None:
+        for single in singles:
+            cleanup(single)
+        for cluster_set in clusters:
             cluster_set.cleanup()
         env.close()
 
 
-def print_table(rows: list[dict[str, Any]], single: str, clustered: str, calls: int) -> None:
+def print_table(rows: list[dict[str, PerCall]], names: list[str], calls: int) -> None:
     import delayqueue
 
     table = Table(
-        title=f"delay_for: the client's CPU per call, {calls:,} calls per measurement",
+        title=f"delay_for: CPU µs per call, {calls:,} calls per measurement",
         caption=f"delayqueue from {delayqueue.__file__}",
     )
-    columns = ("round", "first", f"{single} CPU µs (kernel)", f"{clustered} CPU µs (kernel)",
-               "single / cluster (CPU)", f"{single} wall µs", f"{clustered} wall µs")  # fmt: skip
+    columns = ("round", "topology", "client CPU (kernel)", "masters (in EVALSHA)", "replicas",
+               "all CPU", "wall", "1 master / it (client CPU)",
+               "1 master / it (all CPU)")  # fmt: skip
     for name in columns:
-        table.add_column(name, justify="right")
-    for row in rows:
-        (one_cpu, one_sys, one_wall), (many_cpu, many_sys, many_wall) = row[single], row[clustered]
-        table.add_row(
-            str(row["round"]), row["first"], f"{one_cpu:.1f} ({one_sys:.1f})",
-            f"{many_cpu:.1f} ({many_sys:.1f})",
-            f"{one_cpu / many_cpu:.2f}×", f"{one_wall:.1f}", f"{many_wall:.1f}",
-        )  # fmt: skip
-    Console(width=150).print(table)
+        table.add_column(name, justify="left" if name == "topology" else "right")
+    single = names[0]
+    for number, row in enumerate(rows, 1):
+        for name in names:
+            c = row[name]
+            ratios = ("", "")
+            if name != single:
+                one = row[single]
+                ratios = (f"{one.client / c.client:.2f}×", f"{one.all / c.all:.2f}×")
+            table.add_row(
+                str(number), name, f"{c.client:.1f} ({c.kernel:.1f})",
+                f"{c.masters:.1f} ({c.scripts:.1f})",
+                f"{c.replicas:.1f}", f"{c.all:.1f}", f"{c.wall:.1f}", *ratios,
+                end_section=name == names[-1],
+            )  # fmt: skip
+    Console(width=170).print(table)
 
 
 if __name__ == "__main__":

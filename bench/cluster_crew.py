@@ -226,6 +226,7 @@ class Measurement:
     def split(self) -> dict[str, float]:
         """Core-seconds of the measurement's wall time: available, busy, and by whom."""
         available = self.cores * self.seconds
+        ours = self.client_cpu + sum(self.redis_cpu.values())
         return {
             "available": available,
             "busy": self.machine_busy,
@@ -236,6 +237,8 @@ class Measurement:
             "other": self.machine_busy - self.client_cpu - sum(self.redis_cpu.values()),
             "client_us_per_job": self.client_cpu / self.jobs * 1e6,
             "redis_us_per_job": sum(self.redis_cpu.values()) / self.jobs * 1e6,
+            # the rate if the clients and the servers had every core and nothing else ran
+            "cores_bound": self.cores * self.jobs / ours,
         }
 
 

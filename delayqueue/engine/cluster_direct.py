@@ -4,11 +4,13 @@ tag once, and redis-py's ``RedisCluster`` kept as the source of the slot map and
 way through anything else (``execution.run_direct``; only calls safe to resend).
 
 Every key of a queue carries the hash tag ``{queue}`` (``engine/keys.py``), so a call's
-slot is its first key's and a queue's calls all go to one master: the tag is looked up in
-a dict of routes, and the call is written to that master's connection, as on a single
-server. redis-py's cluster path (the command's policy and keys parsed, the slot and node
-looked up, its pool, its reply callbacks) costs more client CPU than the round trip itself
-(docs/topologies.md, "Redis Cluster").
+slot is its first key's and a queue's calls all go to one master: the call's first key is
+looked up in a dict of routes (a queue's keys are the same strings on every call), else
+its hash tag in another (a job's own key, new on every call, is not remembered), and the
+call is written to that master's connection, as on a single server. redis-py's cluster
+path (the command's policy and keys parsed, the slot and node looked up, its pool, its
+reply callbacks) costs more client CPU than the round trip itself (docs/topologies.md,
+"Redis Cluster").
 
 A call the master did not take, or whose connection failed, goes the way it went before
 this path existed: through ``RedisCluster``, which follows MOVED and ASK, waits out
@@ -75,7 +77,9 @@ class ClusterConnections:
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._routes: dict[Any, DirectConnections] = {}
+        self._routes: dict[Any, DirectConnections] = {}  # hash tag -> its master's
+        # the first key of the call that found a tag's route -> the same
+        self._by_key: dict[Any, DirectConnections] = {}
         self._masters: dict[str, DirectConnections] = {}  # node name (host:port) -> its own
         self._lock = threading.Lock()
 
@@ -84,10 +88,11 @@ class ClusterConnections:
         lacks it); through ``RedisCluster`` when that master did not take it."""
         if not keys:
             return script(keys=keys, args=args, client=self._client)
-        master = self._routes.get(_tag(keys[0]))
+        key = keys[0]
+        master = self._by_key.get(key)
         try:
             if master is None:
-                master = self._route(keys[0])
+                master = self._routes.get(_tag(key)) or self._route(key)
             return master.run(script, keys, args, tries=TRIES)
         except redis.AuthenticationError:
             raise  # (a ConnectionError, but no other path would pass it)
@@ -101,13 +106,16 @@ class ClusterConnections:
     def _route(self, key: Any) -> DirectConnections:
         """The connections of the master that serves ``key``'s slot in redis-py's map
         (SlotNotCoveredError when it has none: CLUSTERDOWN, mid-failover), remembered by
-        the key's hash tag."""
+        the key's hash tag and by the key itself: the first call on a queue is most often
+        one of its own keys (the schedule's, for delay_for), not a job's."""
         master = self._master(
             self._client.nodes_manager.get_node_from_slot(self._client.keyslot(key))
         )
         if len(self._routes) >= ROUTES:
             self._routes.clear()
+            self._by_key.clear()
         self._routes[_tag(key)] = master
+        self._by_key[key] = master
         return master
 
     def _master(self, node: Any) -> DirectConnections:
@@ -125,6 +133,7 @@ class ClusterConnections:
         """Forget every route (the slot map changed, or a master failed), and close the
         connections to nodes that no longer serve slots as masters in redis-py's map."""
         self._routes.clear()
+        self._by_key.clear()
         try:
             serving = {node.name for node in self._client.get_primaries()}
         except (redis.RedisError, RedisClusterException):
@@ -137,7 +146,7 @@ class ClusterConnections:
     def routed(self, key: Any) -> str | None:
         """The master (``host:port``) a call whose first key is ``key`` now goes straight
         to; None while no call has found it (or since the routes were forgotten)."""
-        master = self._routes.get(_tag(key))
+        master = self._by_key.get(key) or self._routes.get(_tag(key))
         return next((name for name, m in self._masters.items() if m is master), None)
 
     def open(self) -> None:
@@ -147,6 +156,7 @@ class ClusterConnections:
 
     def close(self) -> None:
         self._routes.clear()
+        self._by_key.clear()
         with self._lock:
             masters, self._masters = self._masters, {}
         for master in masters.values():
