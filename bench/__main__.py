@@ -26,8 +26,11 @@ SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "mem
 # Celery beat (bench/periodic.py); ``tasks`` Django's Tasks API on delayqueue
 # (bench/tasks_backend.py); ``tracing`` what a trace across the delay costs (bench/tracing.py);
 # ``limits`` what limits cost and how closely a rate holds (bench/limits.py); ``tasks-load``
-# what a Django task's job costs the Celery side against delay_for's (bench/tasks_load.py).
-OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing", "limits", "tasks-load")
+# what a Django task's job costs the Celery side against delay_for's (bench/tasks_load.py);
+# ``pool-lateness`` lateness at 250/s on prefork and on the threads pool (bench/pool_lateness.py).
+OPT_IN = (
+    "cluster", "async", "periodic", "tasks", "tracing", "limits", "tasks-load", "pool-lateness",
+)  # fmt: skip
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -38,6 +41,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         cluster,
         limits,
         periodic,
+        pool_lateness,
         tasks_backend,
         tasks_load,
         throughput,
@@ -61,6 +65,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "tasks-load": tasks_load.tasks_load,
         "tracing": tracing.tracing,
         "limits": limits.limits,
+        "pool-lateness": pool_lateness.pool_lateness,
     }
 
 
