@@ -34,7 +34,7 @@ from typing import Any
 from celery import bootsteps
 
 from delayqueue.validators import MAX_DISPATCH_AHEAD
-from delayqueue.wire import HEADER_CLAIMED, HEADER_DUE, RUN_TASK, is_delayed_task
+from delayqueue.wire import HEADER_CLAIMED, HEADER_DUE, RUN_BATCH, RUN_TASK, is_delayed_task
 
 # Seconds before its due time a held message goes to the pool: enough for a slot to take it
 # and begin the job (one round trip) while the consumer's thread or the host is busy for a
@@ -100,7 +100,7 @@ class HeldDispatches(bootsteps.StartStopStep):
         if isinstance(c.pool, PreforkPool):
             return
         for name, task in c.app.tasks.items():
-            if name in c.strategies and (name == RUN_TASK or is_delayed_task(task)):
+            if name in c.strategies and (name in (RUN_TASK, RUN_BATCH) or is_delayed_task(task)):
                 c.strategies[name] = held(c.strategies[name], c)
 
     def stop(self, c: Any) -> None:
