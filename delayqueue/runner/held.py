@@ -5,13 +5,13 @@ the pool, whose slot begins the job and holds it the rest of the way
 
 Without it, the pool takes each message as it arrives and its slot sleeps until the due
 time: at 250 jobs/s and DISPATCH_AHEAD 0.05 s, twelve jobs wait at any instant, more than a
-``-P threads -c 4`` or ``-P prefork -c 2`` worker has slots. The jobs behind them wait for
-a slot, one that is freed late (a begin slow to reply, a slot that did not get the CPU)
-starts the next ones late, and the prefetched messages the pool holds fill the prefetch
-limit, so later ones wait on the broker's list, where the delay worker reads them as a
-backlog and batches the next jobs into one message (one slot runs them one after another).
-The consumer's timer holds them as it holds a message with a Celery ``eta``: outside the
-prefetch limit (``qos.increment_eventually``), with no slot taken.
+``-P threads -c 4`` worker has threads. The jobs behind them wait for a thread, and one
+freed late (a begin slow to reply, a thread that did not get the GIL or the CPU) starts the
+next ones late. Held messages still count against the prefetch limit, as they did in the
+pool's queue: when more wait than it allows, the next ones wait on the broker's list, where
+the delay worker sees a backlog and batches the jobs of its next passes (fewer messages,
+less of the worker's time per job; measured: not counting them, 480 jobs/s on ``-c 4`` went
+unbatched and late, p99 12-56 ms against 4-8 ms).
 
 How long a message waits is relative, never read off this host's clock: the due time minus
 the claim time (both Redis's, from the message's headers) less HAND_OVER_AHEAD, counted
@@ -20,10 +20,11 @@ A message without them (a job due already, a message from an older delay worker)
 the pool at once, as before; a batch waits until HAND_OVER_AHEAD before its first job.
 
 For the pools that run jobs in the worker's own process (``-P threads``, ``solo``,
-``gevent``, ``eventlet``). Not for prefork, where measured it made the tail later (three
-rounds of 1,000 jobs at 250/s, ``-c 2``: p99 45/63/56 ms held against 45/14/26 ms not), and
-where each slot is a process of its own. A consumer bootstep (``HeldDispatches``) wraps the
-strategies of delayqueue's messages once Celery has made them, each time the consumer starts.
+``gevent``, ``eventlet``). Not for prefork, whose slots are processes of their own: there an
+earlier form of this (holding until 25 ms before, outside the prefetch limit) made the tail
+later (three rounds of 1,000 jobs at 250/s, ``-c 2``: p99 45/63/56 ms held against 45/14/26
+ms not). A consumer bootstep (``HeldDispatches``) wraps the strategies of delayqueue's
+messages once Celery has made them, each time the consumer starts.
 """
 
 from __future__ import annotations
@@ -63,23 +64,19 @@ def _ms(value: Any) -> int | None:
 
 def held(handle: Callable[..., Any], consumer: Any) -> Callable[..., Any]:
     """``handle`` (a task's strategy) for messages that go to the pool ``hold_seconds``
-    after they arrive, outside the prefetch limit meanwhile."""
-    timer, qos = consumer.timer, consumer.qos
+    after they arrive."""
+    timer = consumer.timer
     pending: set[Any] = consumer.__dict__.setdefault("dq_held", set())
 
     def handler(message: Any, *args: Any, **kwargs: Any) -> Any:
         wait = hold_seconds(getattr(message, "headers", None))
         if wait <= 0:
             return handle(message, *args, **kwargs)
-        qos.increment_eventually()
         entry: Any = None
 
         def release() -> None:
             pending.discard(entry)
-            try:
-                handle(message, *args, **kwargs)
-            finally:
-                qos.decrement_eventually()
+            handle(message, *args, **kwargs)
 
         entry = timer.call_after(wait, release, priority=6)
         pending.add(entry)
