@@ -27,8 +27,12 @@ SCENARIOS = ("enqueue", "claim", "dispatch", "lateness", "burst", "spread", "mem
 # (bench/tasks_backend.py); ``tracing`` what a trace across the delay costs (bench/tracing.py);
 # ``limits`` what limits cost and how closely a rate holds (bench/limits.py); ``tasks-load``
 # what a Django task's job costs the Celery side against delay_for's (bench/tasks_load.py);
-# ``peers`` delayqueue beside BullMQ (node, installed on first use) and huey (bench/peers.py).
-OPT_IN = ("cluster", "async", "periodic", "tasks", "tracing", "limits", "tasks-load", "peers")
+# ``peers`` delayqueue beside BullMQ (node, installed on first use) and huey (bench/peers.py);
+# ``pool-lateness`` lateness at 250/s on prefork and on the threads pool (bench/pool_lateness.py).
+OPT_IN = (
+    "cluster", "async", "periodic", "tasks", "tracing", "limits", "tasks-load", "peers",
+    "pool-lateness",
+)  # fmt: skip
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -40,6 +44,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         limits,
         peers,
         periodic,
+        pool_lateness,
         tasks_backend,
         tasks_load,
         throughput,
@@ -64,6 +69,7 @@ def scenario_functions() -> dict[str, Callable[[BenchEnv, Sizes], list[Figure]]]
         "tracing": tracing.tracing,
         "limits": limits.limits,
         "peers": peers.peers,
+        "pool-lateness": pool_lateness.pool_lateness,
     }
 
 

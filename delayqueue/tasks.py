@@ -15,7 +15,13 @@ import threading
 from typing import Any
 
 from celery import Task, shared_task
-from celery.signals import task_unknown, worker_process_init, worker_ready, worker_shutdown
+from celery.signals import (
+    task_unknown,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+)
 from django.db import close_old_connections
 
 from delayqueue.engine import direct_pipeline, presence
@@ -26,6 +32,7 @@ from delayqueue.errors import DelayQueueError
 from delayqueue.observability import reported
 from delayqueue.runner import batches, riders
 from delayqueue.runner.attempt import failure_call
+from delayqueue.runner.held import HeldDispatches
 from delayqueue.runner.job import dispatch_visibility_ms, run_job
 from delayqueue.signals import SENDER_CELERY_WORKER
 from delayqueue.wire import (
@@ -44,10 +51,33 @@ from delayqueue.wire import (
 logger = logging.getLogger(__name__)
 
 
+@worker_init.connect
+def _hold_early_messages(sender: Any = None, **kwargs: Any) -> None:
+    """The Celery worker's consumer holds a job's message that arrives ahead of its due
+    time, not a pool slot (runner/held.py)."""
+    app = getattr(sender, "app", None)
+    if app is not None:
+        app.steps["consumer"].add(HeldDispatches)
+
+
 @worker_process_init.connect
 def _warm_up_pool_process(**kwargs: Any) -> None:
     """A new Celery pool process registers delayqueue's scripts and connects to its Redis
     before its first job, not during it (about 10 ms the first job would wait)."""
+    _warm_up()
+
+
+@worker_ready.connect
+def _warm_up_in_process_pool(sender: Any = None, **kwargs: Any) -> None:
+    """The same for a pool that runs jobs in the worker's own process (``-P threads``,
+    ``solo``, ``gevent``, ``eventlet``: no pool process starts, so no worker_process_init)."""
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
+    if not isinstance(getattr(sender, "pool", None), PreforkPool):
+        _warm_up()
+
+
+def _warm_up() -> None:
     try:
         warm_up()
         direct_pipeline.warm_up()  # (the connection a job's begin and its ride go on)

@@ -197,6 +197,9 @@ class Dispatcher:
         headers.update(trace_context.batch_headers((job.id, job.trace) for job, _, _ in pending))
         if first.claimed_ms is not None:
             headers[HEADER_CLAIMED] = str(first.claimed_ms)
+        dues = [due for due in (job.due_ms for job, _, _ in pending) if due is not None]
+        if len(dues) == len(pending):  # its first job's (runner/held.py holds it until then)
+            headers[HEADER_DUE] = str(min(dues))
         if self.visibility_ms is not None:
             headers[HEADER_VT] = str(self.visibility_ms)
         summary = f"[{first.queue!r}, {first.task!r}, <{len(entries)} jobs from {first.id}>]"
