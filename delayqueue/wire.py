@@ -31,9 +31,10 @@ RUN_BATCH = "delayqueue.run_batch"  # jobs of one task in one message: [queue, t
 HEADER_QUEUE = "dq_queue"
 HEADER_ID = "dq_id"
 HEADER_TOKEN = "dq_token"
-# For the metrics and logs only (a message without them runs the same): when the delay
-# worker claimed the job, and the job's due time when the worker knows it (epoch ms,
-# Redis's clock).
+# When the delay worker claimed the job, and the job's due time when the worker knows it
+# (epoch ms, Redis's clock; a batch's: its first job's): for the metrics and logs, and, on a
+# pool that runs jobs in the worker's own process, how long the consumer holds a message that
+# came ahead of its due time (runner/held.py). A message without them runs at once.
 HEADER_CLAIMED = "dq_claimed"
 HEADER_DUE = "dq_due"
 # The dispatching delay worker's visibility timeout (ms), for jobs that set none of their own:
