@@ -32,7 +32,7 @@ from delayqueue.errors import DelayQueueError
 from delayqueue.observability import reported
 from delayqueue.runner import batches, riders
 from delayqueue.runner.attempt import failure_call
-from delayqueue.runner.held import HeldDispatches
+from delayqueue.runner.held import HeldDispatches, in_process
 from delayqueue.runner.job import dispatch_visibility_ms, run_job
 from delayqueue.signals import SENDER_CELERY_WORKER
 from delayqueue.wire import (
@@ -71,9 +71,7 @@ def _warm_up_pool_process(**kwargs: Any) -> None:
 def _warm_up_in_process_pool(sender: Any = None, **kwargs: Any) -> None:
     """The same for a pool that runs jobs in the worker's own process (``-P threads``,
     ``solo``, ``gevent``, ``eventlet``: no pool process starts, so no worker_process_init)."""
-    from celery.concurrency.prefork import TaskPool as PreforkPool
-
-    if not isinstance(getattr(sender, "pool", None), PreforkPool):
+    if in_process(getattr(sender, "pool", None)):
         _warm_up()
 
 

@@ -70,6 +70,11 @@ def header_ms(request: Any, name: str) -> int | None:
     if value is None:
         headers = getattr(request, "headers", None)
         value = headers.get(name) if isinstance(headers, dict) else None
+    return epoch_ms(value)
+
+
+def epoch_ms(value: Any) -> int | None:
+    """A time header's value (epoch ms, as the delay worker writes it), or None."""
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 16:
         return int(value)
     return None

@@ -35,7 +35,14 @@ from typing import Any
 from celery import bootsteps
 
 from delayqueue.validators import MAX_DISPATCH_AHEAD
-from delayqueue.wire import HEADER_CLAIMED, HEADER_DUE, RUN_BATCH, RUN_TASK, is_delayed_task
+from delayqueue.wire import (
+    HEADER_CLAIMED,
+    HEADER_DUE,
+    RUN_BATCH,
+    RUN_TASK,
+    epoch_ms,
+    is_delayed_task,
+)
 
 # Seconds before its due time a held message goes to the pool: enough for a slot to take it
 # and begin the job (one round trip) while the consumer's thread or the host is busy for a
@@ -48,18 +55,19 @@ def hold_seconds(headers: Any) -> float:
     """How long a message with ``headers`` waits in the consumer from its arrival (0: none)."""
     if not isinstance(headers, dict):
         return 0.0
-    due, claimed = _ms(headers.get(HEADER_DUE)), _ms(headers.get(HEADER_CLAIMED))
+    due, claimed = epoch_ms(headers.get(HEADER_DUE)), epoch_ms(headers.get(HEADER_CLAIMED))
     if due is None or claimed is None:
         return 0.0
     ahead = min((due - claimed) / 1000, MAX_DISPATCH_AHEAD)
     return max(0.0, ahead - HAND_OVER_AHEAD)
 
 
-def _ms(value: Any) -> int | None:
-    """An epoch-ms header's value (as ``wire.header_ms`` reads it), or None."""
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 16:
-        return int(value)
-    return None
+def in_process(pool: Any) -> bool:
+    """Whether a Celery worker's pool runs jobs in the worker's own process (every pool but
+    prefork, whose slots are processes of their own)."""
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
+    return not isinstance(pool, PreforkPool)
 
 
 def held(handle: Callable[..., Any], consumer: Any) -> Callable[..., Any]:
@@ -92,9 +100,7 @@ class HeldDispatches(bootsteps.StartStopStep):
     requires = ("celery.worker.consumer.tasks:Tasks",)
 
     def start(self, c: Any) -> None:
-        from celery.concurrency.prefork import TaskPool as PreforkPool
-
-        if isinstance(c.pool, PreforkPool):
+        if not in_process(c.pool):
             return
         for name, task in c.app.tasks.items():
             if name in c.strategies and (name in (RUN_TASK, RUN_BATCH) or is_delayed_task(task)):
