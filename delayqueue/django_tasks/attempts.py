@@ -79,7 +79,7 @@ def run_attempt(
     dispatch = dispatch_headers(request)
     queue = dispatch[0] if dispatch is not None else "default"
     priority = results.stored_priority(priority) or 0  # a job an earlier build wrote: True
-    task, direct = _task_and_function(path, priority, logical(queue), backend)
+    task, direct = task_of(path, priority, logical(queue), backend)
     if dispatch is None:
         return _call(task, direct, None, args, kwargs)
     job_id = dispatch[1]
@@ -231,18 +231,14 @@ def _now_ms() -> int:
     return round(time.time() * 1000)
 
 
-def task_of(path: str, priority: int, queue_name: str, backend: str) -> Task[Any, Any]:
-    """The task at ``path`` as it was enqueued (``results.rebuilt_task``), worked out once
-    per process for each (path, priority, queue, backend); at most TASKS_KEPT kept."""
-    return _task_and_function(path, priority, queue_name, backend)[0]
-
-
-def _task_and_function(
+def task_of(
     path: str, priority: int, queue_name: str, backend: str
 ) -> tuple[Task[Any, Any], Callable[..., Any] | None]:
-    """``task_of``'s task, and its function when ``Task.call`` would only call it (a
-    function, not a coroutine function, that takes no context, on a task class that keeps
-    Django's ``call``), so a run calls it straight: worked out once, not at each run."""
+    """The task at ``path`` as it was enqueued (``results.rebuilt_task``), and its function
+    when ``Task.call`` would only call it (a function, not a coroutine function, that takes
+    no context, on a task class that keeps Django's ``call``), so a run calls it straight.
+    Worked out once per process for each (path, priority, queue, backend); at most
+    TASKS_KEPT kept."""
     key = (path, priority, queue_name, backend)
     found = _tasks.get(key)
     if found is None:
@@ -303,8 +299,7 @@ def _call(
     function (``direct``) is called as ``Task.call`` would call it."""
     if direct is not None:
         value = direct(*args, **kwargs)
-        return value if type(value) in _SCALARS else normalize_json(value)
-    if task.takes_context:
+    elif task.takes_context:
         if result is None:
             raise TypeError(f"{task.module_path} takes a context: run it through its backend")
         value = task.call(TaskContext(task_result=result), *args, **kwargs)
