@@ -17,7 +17,7 @@ from django.conf import settings
 
 from delayqueue.engine.keys import queue_keys
 from tests.support import jobs
-from tests.support.processes import Process, child_env
+from tests.support.processes import Process, child_env, start_celery_worker
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,17 +41,8 @@ def threads_worker(tmp_path: Path) -> Iterator[tuple[Process, Process]]:
     )
     started: list[Process] = []
     try:
-        celery = Process(
-            "celery",
-            [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "info",
-             "-P", "threads", "-c", "1", "--without-gossip", "--without-mingle",
-             "--without-heartbeat"],
-            tmp_path / "celery.log",
-            env,
-        )  # fmt: skip
+        celery = start_celery_worker(tmp_path / "celery.log", "-P", "threads", "-c", "1", env=env)
         started.append(celery)
-        wait_for(lambda: "ready." in celery.output() or not celery.alive(), 60)
-        assert celery.alive(), celery.output()
         delay = Process(
             "delay worker",
             [sys.executable, "manage.py", "run_delay_worker", "-v", "2", "--queues", "tests"],

@@ -11,7 +11,6 @@ shortened by that."""
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import redis
 from delayqueue.engine.keys import queue_keys
 from delayqueue.services import operations
 from tests.support import limit_tasks
-from tests.support.processes import Process, child_env
+from tests.support.processes import Process, start_celery_worker
 from tests.support.waiting import wait_for
 
 Q = queue_keys(limit_tasks.QUEUE)
@@ -30,16 +29,7 @@ BEGIN_TO_TASK = 0.05  # seconds: begin.lua's clock -> the task's first TIME (a l
 
 
 def start_celery(log: Path) -> Process:
-    worker = Process(
-        "celery",
-        [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "info", "-c", "3",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{log.stem}@%h"],
-        log,
-        child_env(),
-    )  # fmt: skip
-    wait_for(lambda: "ready." in worker.output() or not worker.alive(), 60)
-    assert worker.alive(), worker.output()
-    return worker
+    return start_celery_worker(log, "-c", "3", "-n", f"{log.stem}@%h")
 
 
 @pytest.fixture(scope="module")

@@ -83,18 +83,25 @@ class Process:
         return self.popen.returncode
 
 
-def start_celery_worker(log: Path, timeout: float = 60) -> Process:
-    """A real Celery worker (prefork, 2 processes) of the demo's app on the suite's broker,
-    once it said it is ready."""
+def start_celery_worker(
+    log: Path,
+    *options: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> Process:
+    """A real Celery worker of the demo's app on the suite's broker (or ``env``'s), once it
+    said it is ready: prefork with 2 processes, unless ``options`` (``-P``, ``-c``, ``-n``,
+    ...) say otherwise; raises with its output when it did not start."""
     import sys
     import time
 
     worker = Process(
         "celery",
         [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l", "info",
-         "-c", "2", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+         *(options or ("-c", "2")), "--without-gossip", "--without-mingle",
+         "--without-heartbeat"],
         log,
-        child_env(),
+        child_env() if env is None else env,
     )  # fmt: skip
     deadline = time.monotonic() + timeout
     while "ready." not in worker.output() and worker.popen.poll() is None:

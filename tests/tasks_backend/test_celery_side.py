@@ -38,7 +38,7 @@ from tests.support import jobs  # noqa: E402
 from tests.support import tasks_framework as tasks  # noqa: E402
 from tests.support.corrupt import Message, decode_message, take_messages  # noqa: E402
 from tests.support.data_redis import delayqueue_redis  # noqa: E402
-from tests.support.processes import Process, child_env  # noqa: E402
+from tests.support.processes import Process, child_env, start_celery_worker  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -322,15 +322,17 @@ def test_results_read_back_after_runs_on_prefork_and_threads(
     concurrency = "4" if pool == "threads" else "2"
     started: list[Process] = []
     try:
-        celery = Process(
-            "celery", [sys.executable, "-m", "celery", "-A", "orders_demo", "worker", "-l",
-                       "info", "-P", pool, "-c", concurrency, "-n", f"{pool}@%h",
-                       "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            tmp_path / "celery.log", child_env(**broker),
-        )  # fmt: skip
+        celery = start_celery_worker(
+            tmp_path / "celery.log",
+            "-P",
+            pool,
+            "-c",
+            concurrency,
+            "-n",
+            f"{pool}@%h",
+            env=child_env(**broker),
+        )
         started.append(celery)
-        wait_for(lambda: "ready." in celery.output() or not celery.alive(), 60)
-        assert celery.alive(), celery.output()
         at = timezone.now() + timedelta(seconds=1)
         batch: list[Any] = [
             tasks.add.using(run_after=at).enqueue(f"{pool}{i}", i, 1) for i in range(70)
