@@ -8,7 +8,9 @@ the goals of issue 34's peer run, each printed with its ratio.
 - burst: ``BURST`` jobs due at one instant, drained jobs/s from the due instant to the last
   start (goal: keep ≥ 2x BullMQ's);
 - overload: ``BURST`` jobs due evenly over ``OVERLOAD_S`` s, lateness p99 from the due time to
-  the start (goal: keep ≤ 0.5x BullMQ's).
+  the start (goal: keep ≤ 0.5x BullMQ's);
+- medium and light load: 1,200 and 500 jobs due over 4 s, lateness p99 beside Celery's own
+  ``countdown`` and BullMQ (goal: ≤ Celery's; bench/peer_loads.py).
 
 delayqueue runs as the burst scenario runs it (bench/bursts.py): one ``run_delay_worker``
 handing jobs to the bench's Celery worker under Celery's defaults (``-P prefork -c 2``,
@@ -324,6 +326,9 @@ def peers(env: BenchEnv, sizes: Sizes) -> list[Figure]:
     env.use_celery(CeleryConfig())  # the peer run's: Celery's defaults
     costs = _enqueue(env, bulk, one, rounds)
     late = _drains(env, burst, overload_s, drain_rounds)
+    from bench.peer_loads import load_rows
+
+    loads = load_rows(env, smoke)
     env.use_celery(env.celery_requested)
     load.append(os.getloadavg())
     common = {"bullmq": _bullmq_version(), "load_average_start_end": load,
@@ -369,4 +374,5 @@ def peers(env: BenchEnv, sizes: Sizes) -> list[Figure]:
         Figure("peers", f"overload: {burst:,} due over {overload_s:g} s, lateness p99",
                our_p99, "s", "BullMQ Worker (its defaults)", their_p99,
                f"≤ {P99_GOAL}x BullMQ's", our_p99 <= P99_GOAL * their_p99, p99_detail),
+        *loads,
     ]  # fmt: skip
