@@ -50,12 +50,12 @@ def _claimed(env: BenchEnv, count: int) -> list[list[Any]]:
 
 def _tracer() -> Callable[[list[list[Any]]], None]:
     """Run one batch message's entries as a pool process runs a message."""
-    from celery import current_app
     from celery.app.trace import build_tracer
 
+    from delayqueue.celery_app import get_celery_app
     from delayqueue.wire import RUN_BATCH
 
-    app = current_app._get_current_object()
+    app = get_celery_app()
     task = app.tasks[RUN_BATCH]
     trace = build_tracer(RUN_BATCH, task, app=app, eager=False)
 
