@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from delayqueue import signals
 from delayqueue.conf import get_settings
@@ -33,9 +33,8 @@ logger = logging.getLogger("delayqueue.runner.job")
 Backoff = float | Callable[[int], float]
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """One begun dispatch of a job, ready to run."""
+class Attempt(NamedTuple):
+    """One begun dispatch of a job, ready to run (a tuple: one per job, built fast)."""
 
     keys: QueueKeys
     queue: str
@@ -90,7 +89,9 @@ def run_attempt(
     # Spans and monitors (docs/tracing.md) before the hold: what deciding them costs is
     # paid while the job waits for its due time, not after it (both begin at ``call``).
     call, settle = around_attempt(attempt, call, settle)
-    hold_until_due(attempt.due_ms, attempt.begun_us, attempt.replied)
+    due_ms, begun_us = attempt.due_ms, attempt.begun_us
+    if due_ms is not None and begun_us is not None and due_ms * 1000 > begun_us:
+        hold_until_due(due_ms, begun_us, attempt.replied)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(

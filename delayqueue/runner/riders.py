@@ -118,6 +118,24 @@ def running(job_id: str, begun: Any, settle: Any) -> Iterator[None]:
         _running.job_id, _running.begun, _running.settle = before
 
 
+@contextmanager
+def running_each(settle: Any) -> Iterator[Callable[[str | None, Any], None]]:
+    """``running`` for the jobs of a batch, which share one ``settle``: it gives a function
+    that says which job runs now (``(job_id, begun)``; ``(None, NOT_RIDDEN)`` between jobs),
+    one call per job rather than a context of its own."""
+    before = (_running.job_id, _running.begun, _running.settle)
+    _running.job_id, _running.begun, _running.settle = None, NOT_RIDDEN, settle
+    state = _running
+
+    def now(job_id: str | None, begun: Any) -> None:
+        state.job_id, state.begun = job_id, begun
+
+    try:
+        yield now
+    finally:
+        _running.job_id, _running.begun, _running.settle = before
+
+
 def begun(job_id: str) -> Any:
     """The reply (or DelayQueueError) of the call that rode with the begin of job
     ``job_id``, running in this thread; NOT_RIDDEN when none did."""

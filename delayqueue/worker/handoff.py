@@ -227,6 +227,7 @@ AUTO_BATCH_FROM = 64  # jobs of one task in one pass before an automatic batch i
 AUTO_BATCH_SIZE = 128  # most jobs per automatic batch message
 AUTO_BATCH_SPLIT = 4  # least messages a pass's jobs of one task are spread over
 BACKLOG_FROM = 4  # messages found waiting on the broker's list that make every pass batch
+BACKLOG_BATCH_SIZE = 500  # most jobs per automatic batch message while the broker is behind
 
 
 def batch_size(
@@ -240,12 +241,17 @@ def batch_size(
     ``@delayed_task(batch=N)``: N (1: never batched). Left unset ("auto"), batches under a
     backlog, never when the task sets a Celery time or rate limit (a batch could not honour
     them per job):
-    - a backlog of due jobs (AUTO_BATCH_FROM of the task in one pass): batches of up to
-      AUTO_BATCH_SIZE, over at least AUTO_BATCH_SPLIT messages (so several pool processes
-      share them);
     - a backlog in the broker (BACKLOG_FROM messages found waiting by the last publish: the
-      Celery workers, which take their prefetch off the list, are behind though each pass
-      claims few jobs): the pass's jobs of the task in one message.
+      Celery workers, which take their prefetch off the list, are behind): the pass's jobs
+      of the task in one message, up to BACKLOG_BATCH_SIZE. Each message costs the Celery
+      worker its own work (its main process takes it off the list, decodes it and, with
+      kombu's ack emulation, records and removes it; its pool process runs Celery's task
+      machinery), so fewer, fuller messages drain a backlog faster; and spreading a pass
+      over several messages would gain nothing, as every pool process already has
+      messages waiting;
+    - a backlog of due jobs (AUTO_BATCH_FROM of the task in one pass, the broker not
+      behind): batches of up to AUTO_BATCH_SIZE, over at least AUTO_BATCH_SPLIT messages
+      (so several pool processes share them).
     Measured in docs/design.md, "Batched hand-off"."""
     if not is_delayed_task(target) or not may_batch:
         return 1
@@ -254,10 +260,10 @@ def batch_size(
         return declared
     if claimed < 2 or _has_limits(target):
         return 1
+    if waiting >= BACKLOG_FROM:
+        return min(BACKLOG_BATCH_SIZE, claimed)
     if claimed >= AUTO_BATCH_FROM:
         return min(AUTO_BATCH_SIZE, -(-claimed // AUTO_BATCH_SPLIT))
-    if waiting >= BACKLOG_FROM:
-        return min(AUTO_BATCH_SIZE, claimed)
     return 1
 
 

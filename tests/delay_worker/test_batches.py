@@ -283,3 +283,29 @@ def test_a_batch_run_eagerly_leaves_its_callers_transaction_alone(
     DelayWorker(["tests"], celery_app=parked_celery).run_pass()
     assert sum(run_messages(parked_celery, published())) == 2  # eager: task.apply
     assert list(Group.objects.values_list("name", flat=True)) == ["kept"]
+
+
+def test_behind_a_backlog_on_the_broker_a_pass_sends_its_many_jobs_in_one_message(
+    r: redis.Redis, parked_celery: Celery
+) -> None:
+    """Messages wait on the broker's list (the Celery workers are behind): a pass's many
+    jobs of a task go in one message up to BACKLOG_BATCH_SIZE, not spread over
+    AUTO_BATCH_SPLIT (each message costs the Celery worker its own work)."""
+    from delayqueue.worker.handoff import BACKLOG_BATCH_SIZE, BACKLOG_FROM
+
+    worker = DelayWorker(["tests"], celery_app=parked_celery, claim_size=1_000)
+    with redis.Redis.from_url(parked_broker_url()) as broker:
+        broker.lpush("celery", *[f"queued-{i}" for i in range(BACKLOG_FROM)])
+    jobs.record.delay_many([("b0",)], seconds=0, on_commit=False)
+    worker.run_pass()  # its publish finds the backlog
+    assert worker.dispatcher.behind()
+    count = BACKLOG_BATCH_SIZE + AUTO_BATCH_FROM
+    made = jobs.record.delay_many([(f"c{i}",) for i in range(count)], seconds=0, on_commit=False)
+    worker.run_pass()
+    with redis.Redis.from_url(parked_broker_url()) as broker:
+        raw = broker.lrange("celery", 0, 1)  # the newest two
+    bodies = [json.loads(base64.b64decode(json.loads(item)["body"])) for item in raw]
+    sizes = sorted(len(body[0][2]) for body in bodies)
+    assert sizes == [AUTO_BATCH_FROM, BACKLOG_BATCH_SIZE]
+    sent = {entry[0] for body in bodies for entry in body[0][2]}
+    assert sent == {job.id for job in made}
