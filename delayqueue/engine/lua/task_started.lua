@@ -41,10 +41,16 @@ if not now or not ttl or not kept or #ARGV ~= 11 then
   return redis.error_reply('ERR task_started: ARGV is now ms, worker, ttl s, kept, token, ' ..
                            'task, args, kwargs, backend, prio, status')
 end
--- What earlier attempts recorded there; a results key of another type is an error, and is
+-- What earlier attempts recorded there (a first start's hash is empty: its length says so,
+-- cheaper than a read of its fields); a results key of another type is an error, and is
 -- left alone.
-local before = redis.pcall('HMGET', KEYS[1], 'workers', 'att', 'last', 'started', 'errors',
-                          'finished', 'ret')
+local before = redis.pcall('HLEN', KEYS[1])
+if before ~= 0 then
+  before = redis.pcall('HMGET', KEYS[1], 'workers', 'att', 'last', 'started', 'errors',
+                       'finished', 'ret')
+else
+  before = {}
+end
 if before.err then
   return redis.error_reply('WRONGTYPE delayqueue: ' .. KEYS[1] .. ' is a ' ..
                            key_type(KEYS[1]) .. ', not a hash')
