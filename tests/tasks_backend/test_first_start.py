@@ -32,6 +32,10 @@ def start(now_ms: int, worker: str) -> TaskStarted:
     return found
 
 
+def text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 @settings(max_examples=examples(40))
 @given(worker=st.text(max_size=30), now_ms=st.integers(0, 253_402_300_799_999))
 def test_a_first_start_reads_nothing_back_and_knows_what_it_wrote(worker: str, now_ms: int) -> None:
@@ -41,7 +45,7 @@ def test_a_first_start_reads_nothing_back_and_knows_what_it_wrote(worker: str, n
     found = start(now_ms, worker)
     assert found.read is None and found.first  # nothing read back
     assert (found.attempt, found.max_attempts) == (1, 3)
-    stored = {k.decode(): v.decode() for k, v in raw.hgetall(RESULT).items()}
+    stored = {text(k): text(v) for k, v in raw.hgetall(RESULT).items()}
     assert found.result.started == found.result.last_attempt == stored[TaskResultField.STARTED]
     assert stored[TaskResultField.LAST_ATTEMPT] == str(now_ms)
     assert json.loads(found.result.workers or "") == json.loads(stored[TaskResultField.WORKERS])
