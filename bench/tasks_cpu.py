@@ -1,14 +1,17 @@
 """CPU a job costs the Celery side, a Django task's against ``delay_for``'s, in this process:
-``python -m bench.tasks_cpu [--jobs 2000] [--rounds 2]``.
+``python -m bench.tasks_cpu [--jobs 2000] [--rounds 2] [--profile TOP]``.
 
 Each round dispatches ``--jobs`` jobs of each kind (the same body: ``bench.tasks.stamp``,
 ``bench.django_tasks.stamp_task``), all due now, with an in-process delay worker onto a
 broker list no Celery worker reads (the batched hand-off on, as in a burst), then runs the
 messages here as the Celery worker runs them (``Task.apply`` with their headers). Measured:
-this process's CPU time per job and the Redis server's (``INFO cpu``) over the runs. CPU
-time, unlike the wall clock, does not count the time a process waits for the cores that
-other work holds, so it compares the two kinds on a busy machine (the wall-clock drain is
-``--only tasks-load``'s)."""
+this process's CPU time per job and the Redis server's (``INFO cpu``) over the runs, and
+the µs Redis spent in scripts per job (``INFO commandstats``: EVALSHA's, its commands
+included). CPU time, unlike the wall clock, does not count the time a process waits for
+the cores that other work holds, so it compares the two kinds on a busy machine (the
+wall-clock drain is ``--only tasks-load``'s). ``--profile TOP`` runs each kind once more
+under cProfile: Python calls per job (a count, whatever the machine's load), and the
+Django task's TOP functions by their own time."""
 
 from __future__ import annotations
 
