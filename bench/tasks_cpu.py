@@ -1,20 +1,25 @@
 """CPU a job costs the Celery side, a Django task's against ``delay_for``'s, in this process:
-``python -m bench.tasks_cpu [--jobs 2000] [--rounds 2]``.
+``python -m bench.tasks_cpu [--jobs 2000] [--rounds 2] [--profile TOP]``.
 
 Each round dispatches ``--jobs`` jobs of each kind (the same body: ``bench.tasks.stamp``,
 ``bench.django_tasks.stamp_task``), all due now, with an in-process delay worker onto a
 broker list no Celery worker reads (the batched hand-off on, as in a burst), then runs the
 messages here as the Celery worker runs them (``Task.apply`` with their headers). Measured:
-this process's CPU time per job and the Redis server's (``INFO cpu``) over the runs. CPU
-time, unlike the wall clock, does not count the time a process waits for the cores that
-other work holds, so it compares the two kinds on a busy machine (the wall-clock drain is
-``--only tasks-load``'s)."""
+this process's CPU time per job and the Redis server's (``INFO cpu``) over the runs, and
+the µs Redis spent in scripts per job (``INFO commandstats``: EVALSHA's, its commands
+included). CPU time, unlike the wall clock, does not count the time a process waits for
+the cores that other work holds, so it compares the two kinds on a busy machine (the
+wall-clock drain is ``--only tasks-load``'s). ``--profile TOP`` runs each kind once more
+under cProfile: Python calls per job (a count, whatever the machine's load), and the
+Django task's TOP functions by their own time."""
 
 from __future__ import annotations
 
 import argparse
 import base64
+import cProfile
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -41,10 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tasks_cpu", description=__doc__)
     parser.add_argument("--jobs", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="TOP",
+        help="also run each kind's jobs once more under cProfile: calls per job, and the "
+        "Django task's TOP functions by their own time",
+    )  # fmt: skip
     options = parser.parse_args(argv)
     env = BenchEnv()
     try:
-        results = _measure(env, options.jobs, options.rounds)
+        results = _measure(env, options.jobs, options.rounds, options.profile)
     finally:
         env.close()
     totals = {kind: statistics.median(c + r for c, r in rows) for kind, rows in results.items()}
@@ -56,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _measure(env: BenchEnv, jobs: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
+def _measure(
+    env: BenchEnv, jobs: int, rounds: int, top: int = 0
+) -> dict[str, list[tuple[float, float]]]:
     import redis
     from celery import Celery
 
@@ -95,19 +107,41 @@ def _measure(env: BenchEnv, jobs: int, rounds: int) -> dict[str, list[tuple[floa
         info = env.client().info("cpu")
         return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
+    def scripts_us() -> float:
+        """µs Redis has spent running scripts (their commands' included)."""
+        info = env.client().info("commandstats")
+        return sum(float(info.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in ("evalsha", "eval"))
+
     results: dict[str, list[tuple[float, float]]] = {kind: [] for kind in KINDS}
+    in_scripts: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for kind in KINDS:  # a first round each, not counted: imports, connections, scripts
         for name, args, kwargs, headers in dispatched(kind)[:2]:
             app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
     for _ in range(rounds):
         for kind in KINDS:
             messages = dispatched(kind)
-            own, server = time.process_time(), redis_cpu()
+            own, server, scripts = time.process_time(), redis_cpu(), scripts_us()
             for name, args, kwargs, headers in messages:
                 app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
             own, server = time.process_time() - own, redis_cpu() - server
             results[kind].append((own / jobs * 1e6, server / jobs * 1e6))
+            in_scripts[kind].append((scripts_us() - scripts) / jobs)
+    for kind in KINDS if top else ():
+        messages = dispatched(kind)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for name, args, kwargs, headers in messages:
+            app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
+        profiler.disable()
+        stats = pstats.Stats(profiler)
+        calls = sum(row[1] for row in stats.stats.values())  # type: ignore[attr-defined]
+        print(f"{kind}: {calls / jobs:.1f} Python calls per job (cProfile)")
+        if kind == "Django task":
+            stats.sort_stats("tottime").print_stats(top)
     broker.close()
+    for kind, rows in in_scripts.items():
+        shown = ", ".join(f"{us:.1f}" for us in rows)
+        print(f"{kind}: Redis µs per job in scripts (INFO commandstats): {shown}")
     return results
 
 

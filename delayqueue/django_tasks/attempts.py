@@ -62,6 +62,7 @@ TASKS_KEPT = 256  # rebuilt tasks a process keeps (by path, priority, queue and 
 _tasks: dict[tuple[str, int, str, str], tuple[Task[Any, Any], Callable[..., Any] | None]] = {}
 _SCALARS = frozenset((str, int, float, bool, type(None)))  # JSON values as they are
 _DJANGO_CALL = Task.call  # Django's own: a task class that replaces it is called through it
+_SUCCESSFUL, _FAILED = TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value
 
 
 def run_attempt(
@@ -78,7 +79,8 @@ def run_attempt(
     task runs and nothing is recorded."""
     dispatch = dispatch_headers(request)
     queue = dispatch[0] if dispatch is not None else "default"
-    priority = results.stored_priority(priority) or 0  # a job an earlier build wrote: True
+    if type(priority) is not int:  # a job an earlier build wrote: True
+        priority = results.stored_priority(priority) or 0
     task, direct = task_of(path, priority, logical(queue), backend)
     if dispatch is None:
         return _call(task, direct, None, args, kwargs)
@@ -121,7 +123,7 @@ class _Run:
         self.task, self.job_id, self.args, self.kwargs = task, job_id, args, kwargs
         self.backend, self.begun, self.start_ms = backend, begun, start_ms
         # this attempt's start is the job's first (what the begin wrote was provisional)
-        self.first = begun.result.started == begun.result.last_attempt
+        self.first = begun.first
         self.made: TaskResult[Any] | None = None
 
     def result(self) -> TaskResult[Any]:
@@ -141,66 +143,62 @@ class _Run:
     def succeeded(self, queue: str, result_ttl: int, value: Any, returned: str) -> None:
         finished_ms = _now_ms()
 
-        def then() -> None:
+        def then(reply: Any = None) -> None:
             if heard(task_finished, logging.INFO):
                 self._send_finished(TaskResultStatus.SUCCESSFUL, finished_ms, value=value)
 
-        self._record(queue, result_ttl, TaskResultStatus.SUCCESSFUL, finished_ms, then,
-                     returned=returned)  # fmt: skip
+        self._record(queue, result_ttl, _SUCCESSFUL, finished_ms, then, returned=returned)
 
     def failed(self, queue: str, result_ttl: int, exc: Exception) -> None:
         finished_ms = _now_ms()
         error = _error_of(exc)
-        errors = [*results.History.of(self.begun.result).errors, error][-results.MAX_KEPT :]
+        read = self.begun.read  # (None: a first start, no errors before)
+        errors = [*(results.History.of(read).errors if read else ()), error][-results.MAX_KEPT :]
         max_attempts = self.begun.max_attempts
         if max_attempts is None:
             max_attempts = get_settings().max_attempts
         last = self.begun.attempt >= max_attempts  # delayqueue sends it to dead: finished
 
-        def then() -> None:
+        def then(reply: Any = None) -> None:
             if last:
                 self._send_finished(TaskResultStatus.FAILED, finished_ms, error=error)
 
         written = json.dumps([list(e) for e in errors])
-        self._record(queue, result_ttl, TaskResultStatus.FAILED, finished_ms, then,
-                     errors=written)  # fmt: skip
+        self._record(queue, result_ttl, _FAILED, finished_ms, then, errors=written)
 
     def _record(
         self,
         queue: str,
         result_ttl: int,
-        status: TaskResultStatus,
+        status: str,
         finished_ms: int,
-        then: Callable[[], None],
+        then: Callable[[Any], None],
         *,
         returned: str | None = None,
         errors: str | None = None,
     ) -> None:
         """Record how the attempt ended, in the round trip of the job's ack or fail when
-        the runner settles it (else now), then call ``then``. A Redis that cannot take it
-        does not change the outcome: the job is acked or failed as the task returned or
-        raised, and its result says RUNNING until it expires. Written: the status, when it
-        ended, this attempt's start (and the first start when it is this one: else it
-        stands as stored), the return value or the errors. The workers stand as the start
-        wrote them, and a success leaves the errors as they are."""
+        the runner settles it (else now), then call ``then`` (with the reply, or None). A
+        Redis that cannot take it does not change the outcome: the job is acked or failed
+        as the task returned or raised, and its result says RUNNING until it expires.
+        Written: the status (``status``: a TaskResultStatus's value), when it ended, this
+        attempt's start (and the first start when it is this one: else it stands as
+        stored), the return value or the errors. The workers stand as the start wrote them,
+        and a success leaves the errors as they are."""
         job_id = self.job_id
         call = task_results.task_finished(
-            queue_keys(queue), job_id, result_ttl, status=status.value,
+            queue_keys(queue), job_id, result_ttl, status=status,
             finished_ms=finished_ms, started_ms=self.start_ms if self.first else None,
             last_attempt_ms=self.start_ms, returned=returned, errors=errors,
         )  # fmt: skip
-        unsent = f"job {job_id} on {queue}: its result ({status.value}) could not be recorded"
-
-        def report(reply: Any) -> None:
-            then()
-
-        if riders.settle_with(job_id, call, report, unsent):
+        unsent = f"job {job_id} on {queue}: its result ({status}) could not be recorded"
+        if riders.settle_with(job_id, call, then, unsent):  # then(reply) after it is sent
             return
         try:
             run_direct(call, durable=False, strict=False)
         except DelayQueueError as exc:
             logger.error("%s (%s)", unsent, exc)
-        then()
+        then(None)
 
     def _send_finished(
         self,

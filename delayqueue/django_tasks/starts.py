@@ -35,6 +35,7 @@ from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.transitions import ScriptCall
 
 RUNNING = "RUNNING"  # TaskResultStatus.RUNNING's value
+_encode = json.JSONEncoder().encode  # json.dumps's, without its call
 _KEYWORDS = frozenset((BACKEND, PRIORITY, RESULT_TTL, BACKOFF))
 
 
@@ -68,8 +69,8 @@ def started_call(
         ttl_seconds=result_ttl,
         kept=MAX_KEPT,
         task=path,
-        args=json.dumps(args),
-        kwargs=json.dumps(kwargs) if kwargs else "{}",  # (the usual call's, made once)
+        args=_encode(args),
+        kwargs=_encode(kwargs) if kwargs else "{}",  # (the usual call's, made once)
         backend=backend,
         priority=str(priority),
         status=RUNNING,
@@ -96,7 +97,9 @@ class StartWithBegin:
             return None
         path, call_args, call_kwargs = args
         backend = kwargs.get(BACKEND, DEFAULT_BACKEND)
-        priority = stored_priority(kwargs.get(PRIORITY, DEFAULT_PRIORITY))
+        priority = kwargs.get(PRIORITY, DEFAULT_PRIORITY)
+        if type(priority) is not int:  # (True, as an earlier build wrote it)
+            priority = stored_priority(priority)
         result_ttl = kwargs.get(RESULT_TTL, DEFAULT_RESULT_TTL)
         if not (isinstance(path, str) and isinstance(backend, str)):
             return None

@@ -10,8 +10,10 @@ escaped): nothing stored is trusted, and nothing is unpickled. A key of the wron
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 from redis.client import NEVER_DECODE
@@ -237,15 +239,17 @@ def task_finished(
     argv: list[Any] = [
         ttl_seconds, TaskResultField.STATUS, status, TaskResultField.FINISHED, str(finished_ms)
     ]  # fmt: skip
-    for field, value in (
-        (TaskResultField.WORKERS, workers),
-        (TaskResultField.ERRORS, errors),
-        (TaskResultField.STARTED, started_ms),
-        (TaskResultField.LAST_ATTEMPT, last_attempt_ms),
-        (TaskResultField.RETURN, returned),
-    ):
-        if value is not None:
-            argv += (field, value if isinstance(value, str) else str(value))
+    # (one test a field: a job's outcome is made once per attempt)
+    if workers is not None:
+        argv += (TaskResultField.WORKERS, workers)
+    if errors is not None:
+        argv += (TaskResultField.ERRORS, errors)
+    if started_ms is not None:
+        argv += (TaskResultField.STARTED, str(started_ms))
+    if last_attempt_ms is not None:
+        argv += (TaskResultField.LAST_ATTEMPT, str(last_attempt_ms))
+    if returned is not None:
+        argv += (TaskResultField.RETURN, returned)
     return ScriptCall(
         "task_finished",
         [keys.task_result(job_id)],
@@ -263,29 +267,54 @@ class TaskStarted(NamedTuple):
     """What ``task_started`` found and wrote (None: given a token, it found that dispatch
     not begun, and wrote nothing): the attempt (the job's, counted by claim), its
     max attempts (None: not stored, the default applies; 0: not readable, so fail.lua sends
-    the job to dead at its next failure) and the results hash's history fields as written
-    (``_parse_started``; the others None)."""
+    the job to dead at its next failure), and the results hash's history as written:
+    ``read`` (``_parse_started``), or None for a first start, whose history is the call's
+    own (``now_ms`` its start and last start, ``worker`` its workers, no errors) and is
+    only made when ``result`` is asked for."""
 
     attempt: int
     max_attempts: int | None
-    result: ResultFields
+    read: ResultFields | None
+    now_ms: int = 0
+    worker: str = ""
+
+    @property
+    def first(self) -> bool:
+        """Whether the start written is the job's first (its start is its last start)."""
+        read = self.read
+        return read is None or read.started == read.last_attempt
+
+    @property
+    def result(self) -> ResultFields:
+        """The history fields as written (the others None)."""
+        if self.read is not None:
+            return self.read
+        at = str(self.now_ms)
+        return ResultFields(started=at, last_attempt=at, workers=json.dumps([self.worker]))
 
 
-def _parse_started(reply: Any) -> TaskStarted | None:
-    """task_started.lua's reply: {} (nothing written), else the attempt, its max attempts,
-    then the results hash's started, last, workers and errors as written ("": absent)."""
+def _parse_started(now_ms: int, worker: str, reply: Any) -> TaskStarted | None:
+    """task_started.lua's reply: {} (nothing written), else the attempt and its max
+    attempts, then, unless it was a first start, the results hash's started, last, workers
+    and errors as written ("": absent)."""
     if not reply:
         return None
-    attempt, stored_max, started, last, workers, errors = map(_text, reply)
+    stored_max = reply[1]
+    max_attempts = int(stored_max) if stored_max else None
+    if len(reply) == 2:
+        return TaskStarted(int(reply[0]), max_attempts, None, now_ms, worker)
+    started, last, workers, errors = map(_text, reply[2:])
     return TaskStarted(
-        int(attempt),
-        int(stored_max) if stored_max else None,
+        int(reply[0]),
+        max_attempts,
         ResultFields(
             started=started or None,
             last_attempt=last or None,
             workers=workers or None,
             errors=errors or None,
         ),
+        now_ms,
+        worker,
     )
 
 
@@ -306,23 +335,15 @@ def task_started(
     token: str = "",
 ) -> ScriptCall[TaskStarted | None]:
     """The call that records the start of an attempt of job ``job_id`` (lua/task_started.lua):
-    its task's path, arguments (JSON), backend alias, priority and status written, the
-    attempt's number and ``worker`` added, its first start kept. With the dispatch's fencing
+    its task's path, arguments (JSON), backend alias, priority and status written (the
+    fields TaskResultField's TASK, ARGS, KWARGS, BACKEND, PRIORITY, STATUS), the attempt's
+    number and ``worker`` added, its first start kept. With the dispatch's fencing
     ``token`` (the call sent right after that dispatch's begin, in its round trip), only
     when that begin let it run."""
-    argv: list[Any] = [
-        now_ms, worker, ttl_seconds, kept, token,
-        TaskResultField.TASK, task,
-        TaskResultField.ARGS, args,
-        TaskResultField.KWARGS, kwargs,
-        TaskResultField.BACKEND, backend,
-        TaskResultField.PRIORITY, priority,
-        TaskResultField.STATUS, status,
-    ]  # fmt: skip
     return ScriptCall(
         "task_started",
         [keys.task_result(job_id), keys.job(job_id)],
-        argv,
-        _parse_started,
+        [now_ms, worker, ttl_seconds, kept, token, task, args, kwargs, backend, priority, status],
+        partial(_parse_started, now_ms, worker),
         resend_safe=True,  # sent again, it finds its own attempt and start: nothing added
     )
