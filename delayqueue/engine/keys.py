@@ -146,6 +146,12 @@ class QueueKeys:
         return self.spec_prefix.encode() + job_id[-2:]
 
     @cached_property
+    def tasks(self) -> str:
+        """hash: task path -> its code and code -> path, and the codes' counter (field
+        "\\x01"): a packed spec in a bucket names its task by its code (lua/_spec.lua)."""
+        return f"{self.base}:tasks"
+
+    @cached_property
     def scheduled(self) -> str:
         """zset: id -> due time (ms)."""
         return f"{self.base}:scheduled"

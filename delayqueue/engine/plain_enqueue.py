@@ -45,7 +45,14 @@ def enqueue_plain(
     argv += chain.from_iterable(jobs)
     return ScriptCall(
         "enqueue",
-        [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix],
+        [
+            keys.scheduled,
+            keys.inflight,
+            keys.dedupe,
+            keys.job_prefix,
+            keys.spec_prefix,
+            keys.tasks,
+        ],
         argv,
         _plain_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written

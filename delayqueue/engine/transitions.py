@@ -71,7 +71,14 @@ def enqueue(
         argv += job  # id, mode, ms, key, on_conflict, packed, limits
     return ScriptCall(
         "enqueue",
-        [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix],
+        [
+            keys.scheduled,
+            keys.inflight,
+            keys.dedupe,
+            keys.job_prefix,
+            keys.spec_prefix,
+            keys.tasks,
+        ],
         argv,
         _enqueue_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written
@@ -201,6 +208,7 @@ def claim(
             keys.spec_prefix,
             keys.limit_prefix,
             keys.dedupe,
+            keys.tasks,
         ],
         [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
         _claim_reply,
@@ -352,6 +360,7 @@ def bury(keys: QueueKeys, job_id: Id, reason: str) -> ScriptCall[bool]:
             keys.stats(current_minute()),
             keys.spec_prefix,
             keys.limit_prefix,
+            keys.tasks,
         ],
         [job_id, reason, STATS_TTL_SECONDS, keys.wake],
         lambda reply: int(reply) == 1,

@@ -98,7 +98,7 @@ def plain(*jobs: tuple[str, int], mode: Literal["delay", "at"] = "delay") -> Pla
 def claim_due() -> list[Any]:
     return get_scripts().claim(
         [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, Q.stats(current_minute()), Q.dead,
-         Q.spec_prefix],
+         Q.spec_prefix, Q.limit_prefix, Q.dedupe, Q.tasks],
         [10, 60_000, STATS_TTL_SECONDS, 0],
     )  # fmt: skip
 

@@ -14,7 +14,8 @@ def stored_job(r: redis.Redis, keys: QueueKeys, job_id: str) -> dict[str, str]:
     """A job's hash and, while it was never claimed, its packed spec, as one dict."""
     hash_fields = {str(k): str(v) for k, v in r.hgetall(keys.job(job_id)).items()}
     spec = r.hget(keys.spec_bucket(job_id), job_id)
-    return job_fields(hash_fields, None if spec is None else str(spec))
+    tasks = {str(k): str(v) for k, v in r.hgetall(keys.tasks).items()}
+    return job_fields(hash_fields, None if spec is None else str(spec), tasks)
 
 
 def packed_specs(r: redis.Redis, keys: QueueKeys) -> dict[Any, Any]:

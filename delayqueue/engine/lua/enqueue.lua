@@ -7,6 +7,9 @@
 -- KEYS[4] job hash prefix               dq:{Q}:job:   (a job's hash is KEYS[4] .. id)
 -- KEYS[5] specs bucket prefix           dq:{Q}:specs: (a job's packed spec is in the hash
 --         KEYS[5] .. the id's last two characters, see _spec.lua)
+-- KEYS[6] tasks hash, optional          dq:{Q}:tasks  (a spec in a bucket names its task by a
+--         code, given here on the task's first use: _spec.lua, code_spec; without it, by
+--         its path)
 -- ARGV[1] wake channel
 -- ARGV[2] wake horizon ms: a new earliest job due later than this needs no wake-up, as no
 --         worker sleeps that long (conf.WAKE_HORIZON_MS)
@@ -24,7 +27,8 @@
 -- one of its jobs as new returns only {Redis's clock in ms}: each job is "created",
 -- "scheduled", due at that clock + its ms ("delay") or at its ms ("at").
 -- Every argument of every job is checked before the first write: a bad one fails the call
--- and writes nothing.
+-- and writes nothing. (A call that fails later, on a key of the wrong type, may leave its
+-- task's code in the tasks hash: a name for a path, which changes no job.)
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
@@ -65,6 +69,7 @@ end
 -- written and the general path below, which does as it always did, gives the reply (the
 -- error, or each job's outcome when some job has a hash). One job (delay_for's call, the
 -- common one) goes straighter still: EXISTS and its two writes, no TYPE.
+local codes = {}  -- task path -> its code (code_spec's cache for this call)
 local J = ARGV  -- the jobs, 7 strings per job from J[3] on (the plain layout: see below)
 if plain then
   local mode, dues, last_ms, last_due = ARGV[4], {}, nil, nil
@@ -93,6 +98,7 @@ if plain then
       -- it leaves nothing written and goes on as a batch of one.
       local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
       if type(added) == 'number' then
+        spec = code_spec(KEYS[6], spec, codes)
         if type(redis.pcall('HSET', spec_bucket(KEYS[5], id), id, spec)) == 'number' then
           if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
           if due < clock() + horizon then wake_if_head(KEYS[1], id, due, ARGV[1]) end
@@ -119,7 +125,7 @@ if plain then
     for i = 5, #ARGV, 3 do
       local id = ARGV[i]
       local bucket = spec_bucket(KEYS[5], id)
-      local reply = redis.pcall('HSET', bucket, id, ARGV[i + 2])
+      local reply = redis.pcall('HSET', bucket, id, code_spec(KEYS[6], ARGV[i + 2], codes))
       if type(reply) ~= 'number' then
         for j = 1, #added, 2 do redis.call('HDEL', added[j], added[j + 1]) end
         new = false
@@ -236,7 +242,7 @@ local function enqueue(id, mode, ms, key, conflict, spec, extra)
           if #gone > 0 then redis.call('HDEL', job, unpack(gone)) end
           redis.pcall('HDEL', bucket, existing)  -- (a bucket that is not a hash holds none)
         else
-          redis.call('HSET', bucket, existing, spec)
+          redis.call('HSET', bucket, existing, code_spec(KEYS[6], spec, codes))
         end
         redis.call('ZADD', KEYS[1], due, existing)
         wrote(existing, due)
@@ -268,7 +274,8 @@ local function enqueue(id, mode, ms, key, conflict, spec, extra)
   if own_hash then
     write_spec(KEYS[4] .. id, split_spec(spec), (limit_fields(limits, due)), true)
   else
-    failed = select(2, checked('hash', 'HSET', spec_bucket(KEYS[5], id), id, spec))
+    failed = select(2, checked('hash', 'HSET', spec_bucket(KEYS[5], id), id,
+                               code_spec(KEYS[6], spec, codes)))
     if failed then return failed end
   end
   if key ~= '' then redis.call('HSET', KEYS[3], key, id) end
