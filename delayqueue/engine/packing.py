@@ -11,7 +11,7 @@ them (``task_code``, ``job_fields``' ``tasks``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from delayqueue.engine.keys import JobField
 
@@ -19,6 +19,17 @@ from delayqueue.engine.keys import JobField
 # with it.
 CODE_MARK = "\x01"
 _CODE = re.compile(r"(\x01[0-9A-Za-z]*)\[")
+# The task whose jobs' specs stay uncoded: the runner of Django tasks' jobs
+# (django_tasks/job_args.py), whose spec engine/task_results.py reads without the queue's
+# tasks hash (a Django task's result before its job's first claim).
+_UNCODED = "delayqueue.run_django_task\n"
+
+
+def codable(specs: Iterable[str]) -> bool:
+    """Whether enqueue.lua may code ``specs`` (its tasks hash is given: lua/_spec.lua):
+    not when one is a spec of a task that stays uncoded."""
+    return not any(spec.startswith(_UNCODED) for spec in specs)
+
 
 # In this order, joined by "\n". Only the dedupe key, last, may itself contain "\n". The
 # trace context (docs/tracing.md) is there only when the job keeps one or its key has a

@@ -14,7 +14,7 @@ from itertools import chain
 from typing import Any, Literal, NamedTuple
 
 from delayqueue.engine.keys import QueueKeys
-from delayqueue.engine.transitions import Enqueued, ScriptCall, _enqueue_reply
+from delayqueue.engine.transitions import Enqueued, ScriptCall, _enqueue_reply, enqueue_keys
 
 PLAIN: str = "plain"  # ARGV[3] of the plain layout (lua/enqueue.lua)
 
@@ -45,14 +45,7 @@ def enqueue_plain(
     argv += chain.from_iterable(jobs)
     return ScriptCall(
         "enqueue",
-        [
-            keys.scheduled,
-            keys.inflight,
-            keys.dedupe,
-            keys.job_prefix,
-            keys.spec_prefix,
-            keys.tasks,
-        ],
+        enqueue_keys(keys, argv[6::3]),
         argv,
         _plain_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written

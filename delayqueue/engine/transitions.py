@@ -19,6 +19,7 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from delayqueue.engine.begin_reply import Begun, parse_begun
 from delayqueue.engine.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
+from delayqueue.engine.packing import codable
 
 ReplyT = TypeVar("ReplyT")
 Id = str | bytes  # ids read back from Redis as bytes may be any bytes (corrupt data)
@@ -71,18 +72,18 @@ def enqueue(
         argv += job  # id, mode, ms, key, on_conflict, packed, limits
     return ScriptCall(
         "enqueue",
-        [
-            keys.scheduled,
-            keys.inflight,
-            keys.dedupe,
-            keys.job_prefix,
-            keys.spec_prefix,
-            keys.tasks,
-        ],
+        enqueue_keys(keys, argv[7::7]),
         argv,
         _enqueue_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written
     )
+
+
+def enqueue_keys(keys: QueueKeys, specs: Iterable[str]) -> list[str]:
+    """enqueue.lua's KEYS for a call that writes ``specs``: with the tasks hash, which codes
+    them, unless one of them stays uncoded (``packing.codable``)."""
+    found = [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix]
+    return [*found, keys.tasks] if codable(specs) else found
 
 
 def _enqueue_reply(reply: Any) -> list[Enqueued]:

@@ -37,7 +37,7 @@ def enqueue_many(*jobs: tuple[str, int, str, str]) -> list[Any]:
         spec = pack(BASE["task"], BASE["args"], key=key)
         argv += [job_id, "delay", delay_ms, key, conflict, spec, ""]
     return get_scripts().enqueue(
-        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix], argv
+        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix, Q.tasks], argv
     )
 
 

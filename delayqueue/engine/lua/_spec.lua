@@ -148,9 +148,13 @@ end
 -- cache for one call: one HGET per task.
 local function code_spec(tasks, spec, codes)
   if not tasks then return spec end
-  local parts = split_spec(spec)
-  if string.byte(parts[2], 1) ~= 91 or parts[1] == '' then return spec end
-  local options = parts[1] .. '\n' .. parts[4] .. '\n' .. parts[5]
+  local t = string.find(spec, '\n', 1, true)  -- the ends of the task, args, kwargs, max, vt
+  local a = string.find(spec, '\n', t + 1, true)
+  local k = string.find(spec, '\n', a + 1, true)
+  local m = string.find(spec, '\n', k + 1, true)
+  local v = string.find(spec, '\n', m + 1, true)
+  if t == 1 or string.byte(spec, t + 1) ~= 91 then return spec end
+  local options = string.sub(spec, 1, t) .. string.sub(spec, k + 1, v - 1)
   local code = codes[options]
   if code == nil then
     code = redis.pcall('HGET', tasks, options)
@@ -171,6 +175,10 @@ local function code_spec(tasks, spec, codes)
     codes[options] = code
   end
   if not code then return spec end
+  if v == #spec and k == a + 1 then  -- no kwargs, trace context or key: the usual job
+    return code .. string.sub(spec, t + 1, a - 1)
+  end
+  local parts = split_spec(spec)
   parts[1], parts.coded = code, true
   return join_spec(parts)
 end

@@ -34,8 +34,6 @@
 -- #include _types.lua
 -- #include _spec.lua
 -- #include _wake.lua
--- #include _limits.lua
--- #include _chunked.lua
 local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
   if not now then now = now_ms() end
@@ -44,6 +42,45 @@ end
 
 local horizon = number_in(ARGV[2], 0, MAX_TIME_MS)
 local plain = ARGV[3] == 'plain'
+local codes = {}  -- task options -> their code (code_spec's cache for this call)
+
+-- One plain job (delay_for's call, the common one) goes straightest, here, before the rest
+-- of the script's definitions (every call runs the whole chunk up to its return: the
+-- helpers below cost this call nothing): EXISTS and its two writes, no TYPE. A job whose
+-- arguments are bad, or that this path leaves, goes on below, as a batch of one.
+if plain and #ARGV == 7 and horizon then
+  local mode, id, ms, spec = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+  local due
+  if mode == 'delay' then
+    local delay = number_in(ms, 0, MAX_TIME_MS)
+    due = delay and number_in(clock() + delay, MIN_TIME_MS, MAX_TIME_MS)
+  elseif mode == 'at' then
+    due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
+  end
+  if id ~= '' and due and is_spec(spec) and redis.call('EXISTS', KEYS[4] .. id) == 0 then
+    -- No TYPE: a ZADD on a key of another type fails having written nothing, and so does
+    -- the HSET on a bucket of another type. NX so that a failed HSET can be undone: a
+    -- member the ZADD added (1) is removed again; one already there (0: the call sent
+    -- again before a claim) was not moved, and moves only once its spec is written. The
+    -- script is atomic: no client sees the job in the zset without its spec in between
+    -- (keyspace notifications, when turned on, do tell of the ZADD and the ZREM). In any
+    -- other case (the call sent again after its job was claimed, a key of the wrong type)
+    -- it leaves nothing written and goes on as a batch of one.
+    local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
+    if type(added) == 'number' then
+      spec = code_spec(KEYS[6], spec, codes)
+      if type(redis.pcall('HSET', spec_bucket(KEYS[5], id), id, spec)) == 'number' then
+        if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
+        if due < clock() + horizon then wake_if_head(KEYS[1], id, due, ARGV[1]) end
+        return {clock()}
+      end
+      if added == 1 then redis.call('ZREM', KEYS[1], id) end
+    end
+  end
+end
+
+-- #include _limits.lua
+-- #include _chunked.lua
 if not horizon or (plain and ((#ARGV - 4) % 3 ~= 0 or (ARGV[4] ~= 'delay' and ARGV[4] ~= 'at')))
     or (not plain and (#ARGV - 2) % 7 ~= 0) then
   return redis.error_reply('ERR enqueue: ARGV is a wake channel, a horizon ms, then 7 per job '
@@ -67,9 +104,8 @@ end
 -- having written nothing, and the specs this call added before it are deleted again (not
 -- those it found already there: the call sent again before a claim), so it leaves nothing
 -- written and the general path below, which does as it always did, gives the reply (the
--- error, or each job's outcome when some job has a hash). One job (delay_for's call, the
--- common one) goes straighter still: EXISTS and its two writes, no TYPE.
-local codes = {}  -- task path -> its code (code_spec's cache for this call)
+-- error, or each job's outcome when some job has a hash). (One job went straighter still,
+-- above, unless it met something unusual.)
 local J = ARGV  -- the jobs, 7 strings per job from J[3] on (the plain layout: see below)
 if plain then
   local mode, dues, last_ms, last_due = ARGV[4], {}, nil, nil
@@ -84,29 +120,6 @@ if plain then
                                .. 'ms (a time between years 1 and 9999) or spec')
     end
     dues[#dues + 1] = due
-  end
-  if #ARGV == 7 then
-    local id, due, spec = ARGV[5], dues[1], ARGV[7]
-    if redis.call('EXISTS', KEYS[4] .. id) == 0 then
-      -- No TYPE: a ZADD on a key of another type fails having written nothing, and so does
-      -- the HSET on a bucket of another type. NX so that a failed HSET can be undone: a
-      -- member the ZADD added (1) is removed again; one already there (0: the call sent
-      -- again before a claim) was not moved, and moves only once its spec is written. The
-      -- script is atomic: no client sees the job in the zset without its spec in between
-      -- (keyspace notifications, when turned on, do tell of the ZADD and the ZREM). In any
-      -- other case (the call sent again after its job was claimed, a key of the wrong type)
-      -- it leaves nothing written and goes on as a batch of one.
-      local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
-      if type(added) == 'number' then
-        spec = code_spec(KEYS[6], spec, codes)
-        if type(redis.pcall('HSET', spec_bucket(KEYS[5], id), id, spec)) == 'number' then
-          if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
-          if due < clock() + horizon then wake_if_head(KEYS[1], id, due, ARGV[1]) end
-          return {clock()}
-        end
-        if added == 1 then redis.call('ZREM', KEYS[1], id) end
-      end
-    end
   end
   local new = key_type(KEYS[1])
   new = new == 'none' or new == 'zset'
