@@ -17,6 +17,7 @@ from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.transitions import Enqueued, ScriptCall, _enqueue_reply, enqueue_keys
 
 PLAIN: str = "plain"  # ARGV[3] of the plain layout (lua/enqueue.lua)
+FIRST: str = "plain-first"  # ARGV[3] of its first send (``ScriptCall.first_args``)
 
 
 class PlainWritten(NamedTuple):
@@ -49,6 +50,8 @@ def enqueue_plain(
         argv,
         _plain_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written
+        # its first send: the ids were just made, no job of it can have a hash to look for
+        first_args=[keys.wake, wake_horizon_ms, FIRST, *argv[3:]] if len(argv) == 7 else None,
     )
 
 

@@ -34,6 +34,11 @@ class ScriptCall(NamedTuple, Generic[ReplyT]):
     args: list[Any]
     parse: Callable[[Any], ReplyT]
     resend_safe: bool = False
+    # The args of its first send, when a first send may skip a check a resend needs (its
+    # ids are new: enqueue_plain), or None. A path that sends a call again sends ``args``
+    # then (engine/direct.py); a path that cannot tell a resend from a first send sends
+    # ``args`` always.
+    first_args: list[Any] | None = None
 
 
 def _text(value: Any) -> str:

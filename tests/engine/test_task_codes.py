@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import redis
 
+from delayqueue.django_tasks.job_args import RUN_DJANGO_TASK
 from delayqueue.engine import record, transitions
 from delayqueue.engine.execution import run
-from delayqueue.engine.keys import JobField, queue_keys
+from delayqueue.engine.keys import JobField, new_job_id, queue_keys
+from delayqueue.engine.packing import pack
 from tests.support import jobs
 from tests.support.states import Q, claim_all, schedule, score
 from tests.support.stored import stored_job
@@ -78,6 +80,7 @@ def test_a_code_the_tasks_hash_lacks_is_that_jobs_problem_only(r: redis.Redis) -
 
 def test_bury_writes_a_coded_specs_task_back(r: redis.Redis) -> None:
     job = schedule("bury", seconds=600, key="k:bury")
+    assert bucket_spec(r, job.id).startswith("\x01")
     assert run(transitions.bury(KEYS, job.id, "unknown task"))
     dead = r.hgetall(KEYS.job(job.id))
     assert (dead[JobField.TASK], dead[JobField.ARGS], dead[JobField.KEY]) == (
@@ -91,3 +94,15 @@ def test_a_tasks_key_of_another_type_leaves_specs_uncoded(r: redis.Redis) -> Non
     job = schedule("plain", seconds=0)
     assert bucket_spec(r, job.id).startswith(TASK + "\n")
     assert [c.task.decode() for c in claim_all()] == [TASK]
+
+
+def test_a_django_tasks_jobs_keep_their_specs_uncoded(r: redis.Redis) -> None:
+    """task_results.py reads a never-claimed Django task job's spec without the tasks hash."""
+    django_spec = pack(RUN_DJANGO_TASK, '["app.tasks.mail", [], {}]', "", "3", "")
+    mixed = [transitions.NewJob(new_job_id(), "delay", 0, "", "keep", spec, "")
+             for spec in (pack(TASK, "[1]"), django_spec)]  # fmt: skip
+    run(transitions.enqueue(KEYS, mixed, wake_horizon_ms=0))
+    assert [bucket_spec(r, job.id) for job in mixed] == [pack(TASK, "[1]"), django_spec]
+    alone = transitions.NewJob(new_job_id(), "delay", 0, "", "keep", pack(TASK, "[2]"), "")
+    run(transitions.enqueue(KEYS, [alone], wake_horizon_ms=0))
+    assert bucket_spec(r, alone.id).startswith("\x01")

@@ -18,7 +18,9 @@
 --           job with limits or an expiry gets its hash, with its spec, at once)
 -- or, for plain jobs (no dedupe key, no limits: delay_for's usual job, and what delay_many
 -- writes), the plain layout (engine/plain_enqueue.py):
--- ARGV[3] "plain"
+-- ARGV[3] "plain", or "plain-first" on the first send of a call of one job (its id was
+--         just made, so no hash of it can exist: the EXISTS below is for a call sent again,
+--         and every send after the first says "plain": ScriptCall.first_args)
 -- ARGV[4] "delay" | "at", for every job of the call
 -- ARGV[5..] per job, 3 strings: id, ms, packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
@@ -41,13 +43,15 @@ local function clock()
 end
 
 local horizon = number_in(ARGV[2], 0, MAX_TIME_MS)
-local plain = ARGV[3] == 'plain'
+local fresh = ARGV[3] == 'plain-first'  -- (its first send: see ARGV[3])
+local plain = fresh or ARGV[3] == 'plain'
 local codes = {}  -- task options -> their code (code_spec's cache for this call)
 
 -- One plain job (delay_for's call, the common one) goes straightest, here, before the rest
 -- of the script's definitions (every call runs the whole chunk up to its return: the
--- helpers below cost this call nothing): EXISTS and its two writes, no TYPE. A job whose
--- arguments are bad, or that this path leaves, goes on below, as a batch of one.
+-- helpers below cost this call nothing): EXISTS (not on a first send) and its two writes,
+-- no TYPE. A job whose arguments are bad, or that this path leaves, goes on below, as a
+-- batch of one.
 if plain and #ARGV == 7 and horizon then
   local mode, id, ms, spec = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
   local due
@@ -57,7 +61,8 @@ if plain and #ARGV == 7 and horizon then
   elseif mode == 'at' then
     due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
   end
-  if id ~= '' and due and is_spec(spec) and redis.call('EXISTS', KEYS[4] .. id) == 0 then
+  if id ~= '' and due and is_spec(spec)
+      and (fresh or redis.call('EXISTS', KEYS[4] .. id) == 0) then
     -- No TYPE: a ZADD on a key of another type fails having written nothing, and so does
     -- the HSET on a bucket of another type. NX so that a failed HSET can be undone: a
     -- member the ZADD added (1) is removed again; one already there (0: the call sent
