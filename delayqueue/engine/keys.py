@@ -147,8 +147,9 @@ class QueueKeys:
 
     @cached_property
     def tasks(self) -> str:
-        """hash: task path -> its code and code -> path, and the codes' counter (field
-        "\\x01"): a packed spec in a bucket names its task by its code (lua/_spec.lua)."""
+        """hash: a task's options ("<task>\\n<max attempts>\\n<visibility ms>") -> their
+        code and code -> options, and the last number given (field "\\x01"): a packed spec
+        in a bucket names them by their code (lua/_spec.lua)."""
         return f"{self.base}:tasks"
 
     @cached_property

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from delayqueue.engine.keys import JobField
 
-# The first character of a packed spec's task code (lua/_spec.lua): no task path starts
+# The first character of a coded spec's code (lua/_spec.lua): no task path starts
 # with it.
 CODE_MARK = "\x01"
 _CODE = re.compile(r"(\x01[0-9A-Za-z]*)\[")

@@ -9,8 +9,9 @@
 -- KEYS[7] specs bucket prefix           dq:{Q}:specs: (a scheduled job's spec moves from its
 --         bucket, KEYS[7] .. the id's last two characters, into its hash, to be seen in dead)
 -- KEYS[8] limit state prefix, optional  dq:{Q}:limit:  (a limited job frees its slot: _limits.lua)
--- KEYS[9] tasks hash, optional           dq:{Q}:tasks  (a packed spec's task code -> its path,
---         which the job's hash gets: _spec.lua; a spec whose code it lacks is kept as raw)
+-- KEYS[9] tasks hash, optional           dq:{Q}:tasks  (a coded spec's code -> its task, max
+--         attempts and visibility, which the job's hash gets: _spec.lua; a spec whose code
+--         it lacks is kept as raw)
 -- ARGV[1] job id
 -- ARGV[2] reason
 -- ARGV[3] stats ttl seconds

@@ -14,8 +14,9 @@
 --         next may, so no job is lost and none is polled for)
 -- KEYS[9] dedupe hash                   dq:{Q}:keys    (an expired job's key is let go; one
 --         of another type is left as it is, and the claim goes on)
--- KEYS[10] tasks hash                   dq:{Q}:tasks   (a packed spec's task code -> its path,
---         which the job's hash gets: _spec.lua; a code it lacks sends that job to dead)
+-- KEYS[10] tasks hash                   dq:{Q}:tasks   (a coded spec's code -> its task, max
+--         attempts and visibility, which the job's hash gets: _spec.lua; a code it lacks
+--         sends that job to dead)
 -- ARGV[1] most jobs to claim
 -- ARGV[2] visibility timeout ms for jobs that set none of their own (doubled per earlier
 --         dispatch that never started, up to 32 times)
@@ -66,7 +67,7 @@ end
 -- Due jobs (and those due within `ahead` ms), and jobs due after year 9999 (no time
 -- delayqueue writes: corrupt, to dead).
 local ids, far, due_of = due_ids(KEYS[1], now + ahead, limit, true)
-local paths = {}  -- task code -> path (task_path's cache for this call)
+local paths = {}  -- code -> task options (task_path's cache for this call)
 
 -- What claiming job `id` would do, from reads only: {ok = true, ...} or {why = reason, ...}.
 local function examine(id, far_due)

@@ -7,9 +7,9 @@
 -- KEYS[4] job hash prefix               dq:{Q}:job:   (a job's hash is KEYS[4] .. id)
 -- KEYS[5] specs bucket prefix           dq:{Q}:specs: (a job's packed spec is in the hash
 --         KEYS[5] .. the id's last two characters, see _spec.lua)
--- KEYS[6] tasks hash, optional          dq:{Q}:tasks  (a spec in a bucket names its task by a
---         code, given here on the task's first use: _spec.lua, code_spec; without it, by
---         its path)
+-- KEYS[6] tasks hash, optional          dq:{Q}:tasks  (a spec in a bucket names its task,
+--         max attempts and visibility by a code, given here on their first use: _spec.lua,
+--         code_spec; without it, the spec is written as it is: transitions.enqueue_keys)
 -- ARGV[1] wake channel
 -- ARGV[2] wake horizon ms: a new earliest job due later than this needs no wake-up, as no
 --         worker sleeps that long (conf.WAKE_HORIZON_MS)
@@ -30,7 +30,7 @@
 -- "scheduled", due at that clock + its ms ("delay") or at its ms ("at").
 -- Every argument of every job is checked before the first write: a bad one fails the call
 -- and writes nothing. (A call that fails later, on a key of the wrong type, may leave its
--- task's code in the tasks hash: a name for a path, which changes no job.)
+-- task's code in the tasks hash: a name for its options, which changes no job.)
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
