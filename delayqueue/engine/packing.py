@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from delayqueue.engine.keys import JobField
+from delayqueue.engine.keys import JobField, QueueKeys
 
 # The first character of a coded spec's code (lua/_spec.lua): no task path starts
 # with it.
@@ -29,6 +29,13 @@ def codable(specs: Iterable[str]) -> bool:
     """Whether enqueue.lua may code ``specs`` (its tasks hash is given: lua/_spec.lua):
     not when one is a spec of a task that stays uncoded."""
     return not any(spec.startswith(_UNCODED) for spec in specs)
+
+
+def enqueue_keys(keys: QueueKeys, specs: Iterable[str]) -> list[str]:
+    """enqueue.lua's KEYS for a call that writes ``specs``: with the tasks hash, which codes
+    them, unless one of them stays uncoded (``codable``)."""
+    found = [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix]
+    return [*found, keys.tasks] if codable(specs) else found
 
 
 # In this order, joined by "\n". Only the dedupe key, last, may itself contain "\n". The

@@ -14,7 +14,8 @@ from itertools import chain
 from typing import Any, Literal, NamedTuple
 
 from delayqueue.engine.keys import QueueKeys
-from delayqueue.engine.transitions import Enqueued, ScriptCall, _enqueue_reply, enqueue_keys
+from delayqueue.engine.packing import enqueue_keys
+from delayqueue.engine.transitions import Enqueued, ScriptCall, _enqueue_reply
 
 PLAIN: str = "plain"  # ARGV[3] of the plain layout (lua/enqueue.lua)
 FIRST: str = "plain-first"  # ARGV[3] of its first send (``ScriptCall.first_args``)

@@ -19,7 +19,7 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from delayqueue.engine.begin_reply import Begun, parse_begun
 from delayqueue.engine.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
-from delayqueue.engine.packing import codable
+from delayqueue.engine.packing import enqueue_keys
 
 ReplyT = TypeVar("ReplyT")
 Id = str | bytes  # ids read back from Redis as bytes may be any bytes (corrupt data)
@@ -34,10 +34,7 @@ class ScriptCall(NamedTuple, Generic[ReplyT]):
     args: list[Any]
     parse: Callable[[Any], ReplyT]
     resend_safe: bool = False
-    # The args of its first send, when a first send may skip a check a resend needs (its
-    # ids are new: enqueue_plain), or None. A path that sends a call again sends ``args``
-    # then (engine/direct.py); a path that cannot tell a resend from a first send sends
-    # ``args`` always.
+    # its first send's args, which may skip a check a resend needs (engine/direct.py), or None
     first_args: list[Any] | None = None
 
 
@@ -75,20 +72,9 @@ def enqueue(
     argv: list[Any] = [keys.wake, wake_horizon_ms]
     for job in jobs:
         argv += job  # id, mode, ms, key, on_conflict, packed, limits
-    return ScriptCall(
-        "enqueue",
-        enqueue_keys(keys, argv[7::7]),
-        argv,
-        _enqueue_reply,
-        resend_safe=True,  # the ids are the client's: a second call finds its jobs written
-    )
-
-
-def enqueue_keys(keys: QueueKeys, specs: Iterable[str]) -> list[str]:
-    """enqueue.lua's KEYS for a call that writes ``specs``: with the tasks hash, which codes
-    them, unless one of them stays uncoded (``packing.codable``)."""
-    found = [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix]
-    return [*found, keys.tasks] if codable(specs) else found
+    # resend-safe: the ids are the client's, so a second call finds its jobs written
+    call_keys = enqueue_keys(keys, argv[7::7])
+    return ScriptCall("enqueue", call_keys, argv, _enqueue_reply, resend_safe=True)
 
 
 def _enqueue_reply(reply: Any) -> list[Enqueued]:

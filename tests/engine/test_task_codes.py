@@ -75,7 +75,7 @@ def test_a_code_the_tasks_hash_lacks_is_that_jobs_problem_only(r: redis.Redis) -
     assert claimed == [kept.id]  # the pass goes on
     assert score(r, KEYS.dead, lost.id) is not None
     dead = r.hgetall(KEYS.job(lost.id))
-    assert "code" in dead[JobField.REASON] and dead[JobField.RAW].startswith("\x01")
+    assert "code" in dead[JobField.REASON] and str(dead[JobField.RAW]).startswith("\x01")
 
 
 def test_bury_writes_a_coded_specs_task_back(r: redis.Redis) -> None:

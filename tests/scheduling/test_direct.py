@@ -349,7 +349,7 @@ def test_a_first_send_skips_the_resends_check_and_a_send_after_it_does_not(
 def test_only_a_first_send_may_skip_the_check(r: redis.Redis) -> None:
     """Why a resend says "plain": "plain-first" writes a claimed job's spec again."""
     one = queue.spec(jobs.record, ("claimed",), delay=0)
-    call = writes.chunk_call([one])
+    call: transitions.ScriptCall[Any] = writes.chunk_call([one])
     assert call.first_args is not None and call.first_args[2] == "plain-first"
     execution.run(call)
     assert [c.id.decode() for c in claim_all()] == [one.job.id]
