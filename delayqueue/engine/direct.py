@@ -46,14 +46,30 @@ class DirectConnections:
         self._idle: list[_Link] = []
         self._pid = os.getpid()
 
-    def run(self, script: Script, keys: list[str], args: list[Any], *, tries: int = 3) -> Any:
+    def run(
+        self,
+        script: Script,
+        keys: list[str],
+        args: list[Any],
+        first_args: list[Any] | None = None,
+        *,
+        tries: int = 3,
+    ) -> Any:
         """EVALSHA ``script``, loading it when Redis lost it. Only for scripts that can run
         twice with the same arguments: a connection Redis dropped while it sat idle is
-        replaced and the call sent again, ``tries`` times in all."""
+        replaced and the call sent again, ``tries`` times in all. With ``first_args``
+        (``ScriptCall.first_args``) the first send has them, and every send after it
+        ``args``."""
         command = pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
+        again = None
+        if first_args is not None:
+            command, again = (
+                pack_command(("EVALSHA", script.sha, len(keys), *keys, *first_args)),
+                command,
+            )
         link, new = self._take()
         try:
-            reply = link.call(command, script, connect=new, tries=tries)
+            reply = link.call(command, script, connect=new, tries=tries, again=again)
         except BaseException:
             link.disconnect()
             raise
@@ -126,14 +142,27 @@ class _Link:
         self.connection.disconnect()
         self._reader = None
 
-    def call(self, command: bytes, script: Script, *, connect: bool, tries: int = 3) -> Any:
+    def call(
+        self,
+        command: bytes,
+        script: Script,
+        *,
+        connect: bool,
+        tries: int = 3,
+        again: bytes | None = None,
+    ) -> Any:
         """Send the packed EVALSHA ``command`` of ``script`` and return its reply (raise it,
         when an error). When Redis lost the script (a replica promoted by a failover has
-        none), it is loaded and the command sent again, in one round trip."""
-        (reply,) = self._attempts(command, 1, connect=connect, tries=tries)
+        none), it is loaded and the command sent again, in one round trip (as it was: it
+        did not run). ``again``: the command to send after a connection error instead
+        (``DirectConnections.run``'s ``first_args``)."""
+        (reply,) = self._attempts(command, 1, connect=connect, tries=tries, again=again)
         if isinstance(reply, NoScriptError):
             load = packed("SCRIPT", "LOAD", script.script)
-            loaded, reply = self._attempts(load + command, 2, connect=False, tries=tries)
+            after = None if again is None else load + again
+            loaded, reply = self._attempts(
+                load + command, 2, connect=False, tries=tries, again=after
+            )
             if isinstance(loaded, Exception):
                 raise loaded
         if isinstance(reply, Exception):
@@ -146,12 +175,15 @@ class _Link:
         caller (engine/direct_pipeline.py)."""
         return self._attempts(b"".join(commands), len(commands), connect=connect, tries=tries)
 
-    def _attempts(self, joined: bytes, count: int, *, connect: bool, tries: int) -> list[Any]:
+    def _attempts(
+        self, joined: bytes, count: int, *, connect: bool, tries: int, again: bytes | None = None
+    ) -> list[Any]:
         """The replies to ``joined`` (``count`` packed commands), connected first when
         ``connect`` (a new link) and after each failed attempt, else after the health check;
         a connection error is tried again, ``tries`` attempts in all. A reply that is a
         ConnectionError (LOADING, NOAUTH and the like: the connection is not usable) is one
-        too (AuthenticationError is not tried again)."""
+        too (AuthenticationError is not tried again). An attempt after a failure sends
+        ``again`` when given (the call may have run: a resend's form), else ``joined``."""
         failures = 0
         while True:
             try:
@@ -171,6 +203,8 @@ class _Link:
                 if failures >= tries:
                     raise
                 self.disconnect()  # the next attempt connects again
+                if again is not None:
+                    joined = again
 
     def _check_health(self) -> None:
         """redis-py's health check, which its read path would make: after

@@ -239,7 +239,7 @@ def run_direct(
         if is_cluster(get_redis()):
             reply = cluster_direct.connections().run(script, call.keys, call.args)
         else:
-            reply = direct.connections().run(script, call.keys, call.args)
+            reply = direct.connections().run(script, call.keys, call.args, call.first_args)
     return call.parse(reply)
 
 

@@ -146,6 +146,13 @@ class QueueKeys:
         return self.spec_prefix.encode() + job_id[-2:]
 
     @cached_property
+    def tasks(self) -> str:
+        """hash: a task's options ("<task>\\n<max attempts>\\n<visibility ms>") -> their
+        code and code -> options, and the last number given (field "\\x01"): a packed spec
+        in a bucket names them by their code (lua/_spec.lua)."""
+        return f"{self.base}:tasks"
+
+    @cached_property
     def scheduled(self) -> str:
         """zset: id -> due time (ms)."""
         return f"{self.base}:scheduled"

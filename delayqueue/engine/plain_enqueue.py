@@ -14,9 +14,11 @@ from itertools import chain
 from typing import Any, Literal, NamedTuple
 
 from delayqueue.engine.keys import QueueKeys
+from delayqueue.engine.packing import enqueue_keys
 from delayqueue.engine.transitions import Enqueued, ScriptCall, _enqueue_reply
 
 PLAIN: str = "plain"  # ARGV[3] of the plain layout (lua/enqueue.lua)
+FIRST: str = "plain-first"  # ARGV[3] of its first send (``ScriptCall.first_args``)
 
 
 class PlainWritten(NamedTuple):
@@ -45,10 +47,12 @@ def enqueue_plain(
     argv += chain.from_iterable(jobs)
     return ScriptCall(
         "enqueue",
-        [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix],
+        enqueue_keys(keys, argv[6::3]),
         argv,
         _plain_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written
+        # its first send: the ids were just made, no job of it can have a hash to look for
+        first_args=[keys.wake, wake_horizon_ms, FIRST, *argv[3:]] if len(argv) == 7 else None,
     )
 
 

@@ -10,7 +10,7 @@ from delayqueue.engine.async_clients import loop_clients
 from delayqueue.engine.clients import get_raw_redis, get_redis
 from delayqueue.engine.decode import integer, text, text_fields
 from delayqueue.engine.keys import STATES, JobField, QueueKeys, State, queue_keys
-from delayqueue.engine.packing import job_fields
+from delayqueue.engine.packing import job_fields, task_code
 from delayqueue.engine.reads import Reads
 from delayqueue.engine.redis_errors import redis_errors
 
@@ -42,7 +42,11 @@ class StoredJob:
 
     @property
     def problem(self) -> str | None:
-        return None if self.raw is None else "its packed spec cannot be unpacked"
+        if self.raw is None:
+            return None
+        if task_code(self.raw) is not None:
+            return "its packed spec names its task by a code its queue's tasks hash lacks"
+        return "its packed spec cannot be unpacked"
 
     @property
     def args_or_raw(self) -> str | None:
@@ -96,7 +100,8 @@ def stored_job(keys: QueueKeys, job_id: str, notes: list[str]) -> JobOnRecord:
         for state in STATES:
             reads.add("zscore", keys.of_state(state), job_id, default=None)
         stored, spec, *scores = reads.run()
-    fields = job_fields(text_fields(stored), None if spec is None else text(spec))
+    spec = None if spec is None else text(spec)
+    fields = job_fields(text_fields(stored), spec, task_options(keys, [spec], notes))
     return JobOnRecord(job_record(fields), dict(zip(STATES, scores, strict=True)))
 
 
@@ -166,12 +171,28 @@ def jobs_of(
             reads.add("hmget", keys.job_of_member(member), names, default=[None] * len(names))
             reads.add("hget", keys.spec_bucket(member), member, default=None)
         replies = reads.run()
+    specs = [None if spec is None else text(spec) for spec in replies[1::2]]
+    paths = task_options(keys, specs, notes)
     found = []
-    for values, spec in zip(replies[::2], replies[1::2], strict=True):
+    for values, spec in zip(replies[::2], specs, strict=True):
         stored = {n: text(v) for n, v in zip(names, values, strict=True) if v}
-        fields = job_fields(stored, None if spec is None else text(spec))
+        fields = job_fields(stored, spec, paths)
         found.append(job_record({name: fields[name] for name in names if name in fields}))
     return found
+
+
+def task_options(keys: QueueKeys, specs: list[str | None], notes: list[str]) -> dict[str, str]:
+    """The task options of the codes ``specs`` are coded with (packing.task_code), from the
+    queue's tasks hash: one more round trip when there is any (a code the hash lacks, or a
+    hash of the wrong type, with a note, leaves that spec unreadable, not the page)."""
+    codes = sorted({code for spec in specs if spec and (code := task_code(spec)) is not None})
+    if not codes:
+        return {}
+    with redis_errors():
+        reads = Reads(get_raw_redis(), notes)
+        reads.add("hmget", keys.tasks, codes, default=[None] * len(codes))
+        (paths,) = reads.run()
+    return {code: text(path) for code, path in zip(codes, paths, strict=True) if path}
 
 
 # ---- the task name of a job, wherever its record is -------------------------------------
@@ -184,20 +205,36 @@ def _task_name_commands(keys: QueueKeys, job_id: str) -> list[tuple[Any, ...]]:
     ]
 
 
-def _task_name_from(replies: list[Any]) -> str:
+def _task_name_from(replies: list[Any]) -> tuple[str, str | None]:
+    """The task's name, or "" and the code its packed spec is coded with (to read from the
+    queue's tasks hash)."""
     # A key of the wrong type (corrupt data) only leaves the name unknown ("").
     in_hash, spec = (None if isinstance(reply, Exception) else reply for reply in replies)
+    if not in_hash and spec and (code := task_code(spec)) is not None:
+        return "", code if len(code) > 1 else None  # ("\x01" alone: no code)
     fields = job_fields({JobField.TASK: in_hash} if in_hash else {}, spec)
-    return fields.get(JobField.TASK, "")
+    return fields.get(JobField.TASK, ""), None
+
+
+def _path_of(reply: Any) -> str:
+    """The task of task options as read from the tasks hash ("" for anything else)."""
+    return text(reply).partition("\n")[0] if isinstance(reply, str | bytes) else ""
 
 
 def read_task_name(keys: QueueKeys, job_id: str) -> str:
-    """The task of job ``job_id``, from its hash or its packed spec, in one round trip."""
+    """The task of job ``job_id``, from its hash or its packed spec, in one round trip (two
+    when its spec names the task by a code)."""
     with redis_errors():
-        pipe = get_redis().pipeline(transaction=False)
+        client = get_redis()
+        pipe = client.pipeline(transaction=False)
         for command in _task_name_commands(keys, job_id):
             pipe.execute_command(*command)
-        return _task_name_from(pipe.execute(raise_on_error=False))
+        name, code = _task_name_from(pipe.execute(raise_on_error=False))
+        if code is None:
+            return name
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command("HGET", keys.tasks, code)
+        return _path_of(pipe.execute(raise_on_error=False)[0])
 
 
 async def aread_task_name(keys: QueueKeys, job_id: str) -> str:
@@ -207,7 +244,12 @@ async def aread_task_name(keys: QueueKeys, job_id: str) -> str:
         pipe = clients.client.pipeline(transaction=False)
         for command in _task_name_commands(keys, job_id):
             pipe.execute_command(*command)
-        return _task_name_from(list(await pipe.execute(raise_on_error=False)))
+        name, code = _task_name_from(list(await pipe.execute(raise_on_error=False)))
+        if code is None:
+            return name
+        pipe = clients.client.pipeline(transaction=False)
+        pipe.execute_command("HGET", keys.tasks, code)
+        return _path_of((await pipe.execute(raise_on_error=False))[0])
 
 
 # ---- failures as the record keeps them --------------------------------------------------

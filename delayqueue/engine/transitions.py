@@ -19,6 +19,7 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from delayqueue.engine.begin_reply import Begun, parse_begun
 from delayqueue.engine.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
+from delayqueue.engine.packing import enqueue_keys
 
 ReplyT = TypeVar("ReplyT")
 Id = str | bytes  # ids read back from Redis as bytes may be any bytes (corrupt data)
@@ -33,6 +34,8 @@ class ScriptCall(NamedTuple, Generic[ReplyT]):
     args: list[Any]
     parse: Callable[[Any], ReplyT]
     resend_safe: bool = False
+    # its first send's args, which may skip a check a resend needs (engine/direct.py), or None
+    first_args: list[Any] | None = None
 
 
 def _text(value: Any) -> str:
@@ -69,13 +72,9 @@ def enqueue(
     argv: list[Any] = [keys.wake, wake_horizon_ms]
     for job in jobs:
         argv += job  # id, mode, ms, key, on_conflict, packed, limits
-    return ScriptCall(
-        "enqueue",
-        [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix],
-        argv,
-        _enqueue_reply,
-        resend_safe=True,  # the ids are the client's: a second call finds its jobs written
-    )
+    # resend-safe: the ids are the client's, so a second call finds its jobs written
+    call_keys = enqueue_keys(keys, argv[7::7])
+    return ScriptCall("enqueue", call_keys, argv, _enqueue_reply, resend_safe=True)
 
 
 def _enqueue_reply(reply: Any) -> list[Enqueued]:
@@ -201,6 +200,7 @@ def claim(
             keys.spec_prefix,
             keys.limit_prefix,
             keys.dedupe,
+            keys.tasks,
         ],
         [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
         _claim_reply,
@@ -352,6 +352,7 @@ def bury(keys: QueueKeys, job_id: Id, reason: str) -> ScriptCall[bool]:
             keys.stats(current_minute()),
             keys.spec_prefix,
             keys.limit_prefix,
+            keys.tasks,
         ],
         [job_id, reason, STATS_TTL_SECONDS, keys.wake],
         lambda reply: int(reply) == 1,

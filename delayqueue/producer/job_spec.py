@@ -15,7 +15,7 @@ from delayqueue.celery_app import resolve_task
 from delayqueue.conf import Settings, get_settings
 from delayqueue.engine.keys import check_queue_name, limit_name, new_job_id, new_job_ids
 from delayqueue.engine.limits import Limits, limits_arg
-from delayqueue.engine.packing import pack
+from delayqueue.engine.packing import CODE_MARK, pack
 from delayqueue.engine.shards import logical, shard_count, shard_for
 from delayqueue.errors import NotSerializable, UnknownTask
 from delayqueue.integrations.otel import scheduling_context
@@ -207,8 +207,8 @@ def _check_target(
     config: Settings,
 ) -> _Target:
     name, task_obj = resolve_task(task)
-    if "\n" in name:
-        raise UnknownTask(f"task names cannot contain a newline: {name!r}")
+    if "\n" in name or name.startswith(CODE_MARK):
+        raise UnknownTask(f"task names cannot contain a newline or start with \\x01: {name!r}")
     queue = check_queue_name(queue or getattr(task_obj, "dq_queue", None) or config.default_queue)
     # `is not None`, not `or`: an explicit 0 is an error, not "use the default".
     attempts = check_max_attempts(

@@ -57,7 +57,18 @@ def enqueue(c: Raw, job_id: str, delay_ms: int = 0, key: str = "",
                                  conflict, spec, ""], c)[0]  # fmt: skip
 
 
-CLAIM_KEYS = [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead, Q.spec_prefix]
+CLAIM_KEYS = [
+    Q.scheduled,
+    Q.inflight,
+    Q.job_prefix,
+    Q.paused,
+    STATS,
+    Q.dead,
+    Q.spec_prefix,
+    Q.limit_prefix,
+    Q.dedupe,
+    Q.tasks,
+]
 
 
 def claim(c: Raw, visibility_ms: int = 60_000) -> Any:
@@ -92,7 +103,17 @@ def release(c: Raw, job_id: str, token: Any) -> Any:
 
 
 def bury(c: Raw, job_id: str) -> Any:
-    keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, STATS, Q.spec_prefix]
+    keys = [
+        Q.job(job_id),
+        Q.inflight,
+        Q.scheduled,
+        Q.dead,
+        Q.dedupe,
+        STATS,
+        Q.spec_prefix,
+        Q.limit_prefix,
+        Q.tasks,
+    ]
     return run("bury", keys, [job_id, b"unknown task \xff", STATS_TTL_SECONDS], c)
 
 

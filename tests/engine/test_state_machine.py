@@ -168,6 +168,9 @@ class JobStateMachine(RuleBasedStateMachine):
                 k.stats(current_minute()),
                 k.dead,
                 k.spec_prefix,
+                k.limit_prefix,
+                k.dedupe,
+                k.tasks,
             ],
             [1000, 0 if expired else HOUR_MS, STATS_TTL_SECONDS, 0],
         )

@@ -285,7 +285,7 @@ def test_reschedule_names_the_task_of_a_job_back_from_a_failed_attempt(r: redis.
     k = queue_keys("tests")
     claimed = get_scripts().claim(
         [k.scheduled, k.inflight, k.job_prefix, k.paused, k.stats(current_minute()), k.dead,
-         k.spec_prefix],
+         k.spec_prefix, k.limit_prefix, k.dedupe, k.tasks],
         [10, 60_000, STATS_TTL_SECONDS, 0],
     )[4]  # fmt: skip
     token = str(claimed[0][1])

@@ -24,6 +24,7 @@ from delayqueue.producer import writes
 from tests.support import jobs
 from tests.support.data_redis import command_calls, only_on
 from tests.support.redis_server import RedisServer
+from tests.support.states import claim_all
 
 # On a cluster delay_for takes the cluster client's path (test_cluster.py says so).
 pytestmark = only_on("single", "sentinel")
@@ -319,3 +320,40 @@ def test_a_hiredis_without_resp3_pushes_still_reads_replies(
     monkeypatch.setattr(direct_path, "PUSHES", ())
     assert idle.exchange(direct_path.packed("PING")) == "PONG"
     assert idle.exchange(direct_path.packed("ECHO", "read")) == "read"
+
+
+def test_a_first_send_skips_the_resends_check_and_a_send_after_it_does_not(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delay_for's first send says its id is new ("plain-first": no EXISTS of its hash);
+    a reply lost after Redis ran it sends it again as "plain", which finds the job written
+    (and would find its hash, had a worker claimed it in between)."""
+    jobs.record.delay_for("warm", seconds=60, on_commit=False)
+    sent: list[bytes] = []
+    real = direct_path._Link.exchange_all
+
+    def reply_lost_once(link: Any, packed: bytes, count: int) -> list[Any]:
+        sent.append(packed)
+        replies = real(link, packed, count)  # (Redis ran it)
+        if len(sent) == 1:
+            raise redis.ConnectionError("connection reset: the reply is lost")
+        return replies
+
+    monkeypatch.setattr(direct_path._Link, "exchange_all", reply_lost_once)
+    job = jobs.record.delay_for("lost reply", seconds=60, on_commit=False)
+    assert len(sent) == 2 and b"$11\r\nplain-first\r\n" in sent[0]
+    assert b"plain-first" not in sent[1] and b"$5\r\nplain\r\n" in sent[1]
+    assert job.state == "scheduled" and r.zcard(SCHEDULED) == 2
+
+
+def test_only_a_first_send_may_skip_the_check(r: redis.Redis) -> None:
+    """Why a resend says "plain": "plain-first" writes a claimed job's spec again."""
+    one = queue.spec(jobs.record, ("claimed",), delay=0)
+    call: transitions.ScriptCall[Any] = writes.chunk_call([one])
+    assert call.first_args is not None and call.first_args[2] == "plain-first"
+    execution.run(call)
+    assert [c.id.decode() for c in claim_all()] == [one.job.id]
+    execution.run(call)  # "plain": the job has a hash, so nothing is written
+    assert r.zscore(SCHEDULED, one.job.id) is None
+    execution.run(call._replace(args=call.first_args))
+    assert r.zscore(SCHEDULED, one.job.id) is not None  # written again: a second run

@@ -37,7 +37,7 @@ def enqueue_many(*jobs: tuple[str, int, str, str]) -> list[Any]:
         spec = pack(BASE["task"], BASE["args"], key=key)
         argv += [job_id, "delay", delay_ms, key, conflict, spec, ""]
     return get_scripts().enqueue(
-        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix], argv
+        [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix, Q.tasks], argv
     )
 
 
@@ -98,7 +98,7 @@ def plain(*jobs: tuple[str, int], mode: Literal["delay", "at"] = "delay") -> Pla
 def claim_due() -> list[Any]:
     return get_scripts().claim(
         [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, Q.stats(current_minute()), Q.dead,
-         Q.spec_prefix],
+         Q.spec_prefix, Q.limit_prefix, Q.dedupe, Q.tasks],
         [10, 60_000, STATS_TTL_SECONDS, 0],
     )  # fmt: skip
 

@@ -39,6 +39,7 @@ from delayqueue.worker.loop import DelayWorker
 from tests.support import jobs
 from tests.support.corrupt import keys_of_the_test
 from tests.support.redis_server import RedisServer
+from tests.support.stored import stored_job
 
 Q = queue_keys("tests")
 
@@ -188,7 +189,7 @@ def test_visibility_timeout_settings_and_flags_use_the_same_bounds() -> None:
 
 def test_a_small_visibility_timeout_is_stored_in_whole_ms(r: redis.Redis) -> None:
     job = delayqueue.enqueue(jobs.record, ["x"], delay=1, visibility_timeout=0.25, on_commit=False)
-    assert str(r.hget(Q.spec_bucket(job.id), job.id)).split("\n")[4] == "250"
+    assert stored_job(r, Q, job.id)["vt"] == "250"
 
 
 @pytest.mark.parametrize(

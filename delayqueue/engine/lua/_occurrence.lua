@@ -55,5 +55,5 @@ local function trace_occurrence(specs, jobs, id, tc)
   local parts = type(spec) == 'string' and split_spec(spec)
   if not parts or parts[6] ~= '' then return end
   parts[6] = tc
-  redis.call('HSET', bucket, id, table.concat(parts, '\n'))
+  redis.call('HSET', bucket, id, join_spec(parts))
 end

@@ -9,6 +9,9 @@
 -- KEYS[7] specs bucket prefix           dq:{Q}:specs: (a scheduled job's spec moves from its
 --         bucket, KEYS[7] .. the id's last two characters, into its hash, to be seen in dead)
 -- KEYS[8] limit state prefix, optional  dq:{Q}:limit:  (a limited job frees its slot: _limits.lua)
+-- KEYS[9] tasks hash, optional           dq:{Q}:tasks  (a coded spec's code -> its task, max
+--         attempts and visibility, which the job's hash gets: _spec.lua; a spec whose code
+--         it lacks is kept as raw)
 -- ARGV[1] job id
 -- ARGV[2] reason
 -- ARGV[3] stats ttl seconds
@@ -37,6 +40,8 @@ local bucket = spec_bucket(KEYS[7], id)
 local spec = bucket_spec(bucket, id)
 local parts = spec and split_spec(spec)
 if spec == '\n\n\n\n\n' then parts = nil end
+local key = spec_key(parts)
+if parts and not task_path(KEYS[9], parts, {}) then parts = nil end  -- (kept as raw)
 
 -- Writes: the job's hash, then dead, then its removal from where it was.
 if not f then replace_foreign(KEYS[1], ARGV[2]) end
@@ -49,7 +54,7 @@ if spec then redis.call('HDEL', bucket, id) end
 redis.call('HSET', KEYS[1], 'why', ARGV[2], 'err', ARGV[2])
 -- The job's keys: its hash's, and its packed spec's (the current spec) when it has one.
 release_key(KEYS[5], f and f[1], id)
-release_key(KEYS[5], spec_key(parts), id)
+release_key(KEYS[5], key, id)
 if f and f[3] then release_slot(KEYS[8], f[2], f[3], id, KEYS[3], ARGV[4], now) end
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('ZREM', KEYS[2], id)

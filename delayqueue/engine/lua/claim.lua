@@ -14,6 +14,9 @@
 --         next may, so no job is lost and none is polled for)
 -- KEYS[9] dedupe hash                   dq:{Q}:keys    (an expired job's key is let go; one
 --         of another type is left as it is, and the claim goes on)
+-- KEYS[10] tasks hash                   dq:{Q}:tasks   (a coded spec's code -> its task, max
+--         attempts and visibility, which the job's hash gets: _spec.lua; a code it lacks
+--         sends that job to dead)
 -- ARGV[1] most jobs to claim
 -- ARGV[2] visibility timeout ms for jobs that set none of their own (doubled per earlier
 --         dispatch that never started, up to 32 times)
@@ -64,6 +67,7 @@ end
 -- Due jobs (and those due within `ahead` ms), and jobs due after year 9999 (no time
 -- delayqueue writes: corrupt, to dead).
 local ids, far, due_of = due_ids(KEYS[1], now + ahead, limit, true)
+local paths = {}  -- code -> task options (task_path's cache for this call)
 
 -- What claiming job `id` would do, from reads only: {ok = true, ...} or {why = reason, ...}.
 local function examine(id, far_due)
@@ -79,9 +83,17 @@ local function examine(id, far_due)
   if spec then
     plan.parts = split_spec(spec)
     if spec == '\n\n\n\n\n' then plan.parts = nil end
+    if plan.parts and not task_path(KEYS[10], plan.parts, paths) then
+      plan.parts, plan.code = nil, plan.parts[1]
+    end
   end
   if not f then
     plan.why = 'corrupt job data: its Redis key is a ' .. key_type(job) .. ', not a hash'
+    return plan
+  end
+  if plan.code then
+    plan.why = 'corrupt job data: its packed spec names its task by a code that ' ..
+               (KEYS[10] or 'the tasks hash') .. ' does not hold'
     return plan
   end
   if spec and not plan.parts then

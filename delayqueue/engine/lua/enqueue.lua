@@ -7,6 +7,9 @@
 -- KEYS[4] job hash prefix               dq:{Q}:job:   (a job's hash is KEYS[4] .. id)
 -- KEYS[5] specs bucket prefix           dq:{Q}:specs: (a job's packed spec is in the hash
 --         KEYS[5] .. the id's last two characters, see _spec.lua)
+-- KEYS[6] tasks hash, optional          dq:{Q}:tasks  (a spec in a bucket names its task,
+--         max attempts and visibility by a code, given here on their first use: _spec.lua,
+--         code_spec; without it, the spec is written as it is: transitions.enqueue_keys)
 -- ARGV[1] wake channel
 -- ARGV[2] wake horizon ms: a new earliest job due later than this needs no wake-up, as no
 --         worker sleeps that long (conf.WAKE_HORIZON_MS)
@@ -15,7 +18,9 @@
 --           job with limits or an expiry gets its hash, with its spec, at once)
 -- or, for plain jobs (no dedupe key, no limits: delay_for's usual job, and what delay_many
 -- writes), the plain layout (engine/plain_enqueue.py):
--- ARGV[3] "plain"
+-- ARGV[3] "plain", or "plain-first" on the first send of a call of one job (its id was
+--         just made, so no hash of it can exist: the EXISTS below is for a call sent again,
+--         and every send after the first says "plain": ScriptCall.first_args)
 -- ARGV[4] "delay" | "at", for every job of the call
 -- ARGV[5..] per job, 3 strings: id, ms, packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
@@ -24,14 +29,13 @@
 -- one of its jobs as new returns only {Redis's clock in ms}: each job is "created",
 -- "scheduled", due at that clock + its ms ("delay") or at its ms ("at").
 -- Every argument of every job is checked before the first write: a bad one fails the call
--- and writes nothing.
+-- and writes nothing. (A call that fails later, on a key of the wrong type, may leave its
+-- task's code in the tasks hash: a name for its options, which changes no job.)
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
 -- #include _spec.lua
 -- #include _wake.lua
--- #include _limits.lua
--- #include _chunked.lua
 local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
   if not now then now = now_ms() end
@@ -39,7 +43,49 @@ local function clock()
 end
 
 local horizon = number_in(ARGV[2], 0, MAX_TIME_MS)
-local plain = ARGV[3] == 'plain'
+local fresh = ARGV[3] == 'plain-first'  -- (its first send: see ARGV[3])
+local plain = fresh or ARGV[3] == 'plain'
+local codes = {}  -- task options -> their code (code_spec's cache for this call)
+
+-- One plain job (delay_for's call, the common one) goes straightest, here, before the rest
+-- of the script's definitions (every call runs the whole chunk up to its return: the
+-- helpers below cost this call nothing): EXISTS (not on a first send) and its two writes,
+-- no TYPE. A job whose arguments are bad, or that this path leaves, goes on below, as a
+-- batch of one.
+if plain and #ARGV == 7 and horizon then
+  local mode, id, ms, spec = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+  local due
+  if mode == 'delay' then
+    local delay = number_in(ms, 0, MAX_TIME_MS)
+    due = delay and number_in(clock() + delay, MIN_TIME_MS, MAX_TIME_MS)
+  elseif mode == 'at' then
+    due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
+  end
+  if id ~= '' and due and is_spec(spec)
+      and (fresh or redis.call('EXISTS', KEYS[4] .. id) == 0) then
+    -- No TYPE: a ZADD on a key of another type fails having written nothing, and so does
+    -- the HSET on a bucket of another type. NX so that a failed HSET can be undone: a
+    -- member the ZADD added (1) is removed again; one already there (0: the call sent
+    -- again before a claim) was not moved, and moves only once its spec is written. The
+    -- script is atomic: no client sees the job in the zset without its spec in between
+    -- (keyspace notifications, when turned on, do tell of the ZADD and the ZREM). In any
+    -- other case (the call sent again after its job was claimed, a key of the wrong type)
+    -- it leaves nothing written and goes on as a batch of one.
+    local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
+    if type(added) == 'number' then
+      spec = code_spec(KEYS[6], spec, codes)
+      if type(redis.pcall('HSET', spec_bucket(KEYS[5], id), id, spec)) == 'number' then
+        if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
+        if due < clock() + horizon then wake_if_head(KEYS[1], id, due, ARGV[1]) end
+        return {clock()}
+      end
+      if added == 1 then redis.call('ZREM', KEYS[1], id) end
+    end
+  end
+end
+
+-- #include _limits.lua
+-- #include _chunked.lua
 if not horizon or (plain and ((#ARGV - 4) % 3 ~= 0 or (ARGV[4] ~= 'delay' and ARGV[4] ~= 'at')))
     or (not plain and (#ARGV - 2) % 7 ~= 0) then
   return redis.error_reply('ERR enqueue: ARGV is a wake channel, a horizon ms, then 7 per job '
@@ -63,8 +109,8 @@ end
 -- having written nothing, and the specs this call added before it are deleted again (not
 -- those it found already there: the call sent again before a claim), so it leaves nothing
 -- written and the general path below, which does as it always did, gives the reply (the
--- error, or each job's outcome when some job has a hash). One job (delay_for's call, the
--- common one) goes straighter still: EXISTS and its two writes, no TYPE.
+-- error, or each job's outcome when some job has a hash). (One job went straighter still,
+-- above, unless it met something unusual.)
 local J = ARGV  -- the jobs, 7 strings per job from J[3] on (the plain layout: see below)
 if plain then
   local mode, dues, last_ms, last_due = ARGV[4], {}, nil, nil
@@ -79,28 +125,6 @@ if plain then
                                .. 'ms (a time between years 1 and 9999) or spec')
     end
     dues[#dues + 1] = due
-  end
-  if #ARGV == 7 then
-    local id, due, spec = ARGV[5], dues[1], ARGV[7]
-    if redis.call('EXISTS', KEYS[4] .. id) == 0 then
-      -- No TYPE: a ZADD on a key of another type fails having written nothing, and so does
-      -- the HSET on a bucket of another type. NX so that a failed HSET can be undone: a
-      -- member the ZADD added (1) is removed again; one already there (0: the call sent
-      -- again before a claim) was not moved, and moves only once its spec is written. The
-      -- script is atomic: no client sees the job in the zset without its spec in between
-      -- (keyspace notifications, when turned on, do tell of the ZADD and the ZREM). In any
-      -- other case (the call sent again after its job was claimed, a key of the wrong type)
-      -- it leaves nothing written and goes on as a batch of one.
-      local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
-      if type(added) == 'number' then
-        if type(redis.pcall('HSET', spec_bucket(KEYS[5], id), id, spec)) == 'number' then
-          if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
-          if due < clock() + horizon then wake_if_head(KEYS[1], id, due, ARGV[1]) end
-          return {clock()}
-        end
-        if added == 1 then redis.call('ZREM', KEYS[1], id) end
-      end
-    end
   end
   local new = key_type(KEYS[1])
   new = new == 'none' or new == 'zset'
@@ -119,7 +143,7 @@ if plain then
     for i = 5, #ARGV, 3 do
       local id = ARGV[i]
       local bucket = spec_bucket(KEYS[5], id)
-      local reply = redis.pcall('HSET', bucket, id, ARGV[i + 2])
+      local reply = redis.pcall('HSET', bucket, id, code_spec(KEYS[6], ARGV[i + 2], codes))
       if type(reply) ~= 'number' then
         for j = 1, #added, 2 do redis.call('HDEL', added[j], added[j + 1]) end
         new = false
@@ -236,7 +260,7 @@ local function enqueue(id, mode, ms, key, conflict, spec, extra)
           if #gone > 0 then redis.call('HDEL', job, unpack(gone)) end
           redis.pcall('HDEL', bucket, existing)  -- (a bucket that is not a hash holds none)
         else
-          redis.call('HSET', bucket, existing, spec)
+          redis.call('HSET', bucket, existing, code_spec(KEYS[6], spec, codes))
         end
         redis.call('ZADD', KEYS[1], due, existing)
         wrote(existing, due)
@@ -268,7 +292,8 @@ local function enqueue(id, mode, ms, key, conflict, spec, extra)
   if own_hash then
     write_spec(KEYS[4] .. id, split_spec(spec), (limit_fields(limits, due)), true)
   else
-    failed = select(2, checked('hash', 'HSET', spec_bucket(KEYS[5], id), id, spec))
+    failed = select(2, checked('hash', 'HSET', spec_bucket(KEYS[5], id), id,
+                               code_spec(KEYS[6], spec, codes)))
     if failed then return failed end
   end
   if key ~= '' then redis.call('HSET', KEYS[3], key, id) end
