@@ -8,7 +8,8 @@ p99 (wall, which the machine's load stretches), and the CPU µs per job of the C
 worker's main process, of its pool processes, of the delay worker (``/proc/<pid>/stat``,
 from just before the first job is due to the last start) and of the redis-server (INFO's
 used_cpu, and its commands' µs from INFO commandstats: a script's own commands are counted
-in it and again on their own), with the load average."""
+in it and again on their own), the Celery messages published (the broker's LPUSH calls:
+its jobs per message), with the load average."""
 
 from __future__ import annotations
 
@@ -55,7 +56,12 @@ def _sample(env: BenchEnv, celery: int, pool: list[int], delay: int) -> dict[str
     }
 
 
-def _round(env: BenchEnv, jobs: int, span_ms: float) -> tuple[float, dict[str, float]]:
+def _messages(env: BenchEnv) -> int:
+    """The LPUSH calls the bench's Redis has served: one per Celery message published."""
+    return int(env.client().info("commandstats").get("cmdstat_lpush", {}).get("calls", 0))
+
+
+def _round(env: BenchEnv, jobs: int, span_ms: float) -> tuple[float, dict[str, float], int]:
     from bench.bursts import _schedule_delayqueue, _stamps
     from bench.tasks import stamp
 
@@ -69,16 +75,18 @@ def _round(env: BenchEnv, jobs: int, span_ms: float) -> tuple[float, dict[str, f
         _schedule_delayqueue(stamp, dues)
         time.sleep(max(0.0, first / 1000 - time.time() - 0.05))
         before = _sample(env, celery.pid, pool, delay[0].pid)
+        messages = _messages(env)
         rows = _stamps(env, jobs, span_ms / 1000 + 600)
         after = _sample(env, celery.pid, pool, delay[0].pid)
+        messages = _messages(env) - messages
     finally:
         env.stop(delay)
     late = sorted(started - due for due, started in rows)
     cpu = {name: (after[name] - before.get(name, 0.0)) / jobs * 1e6 for name in after}
     cpu = {name: value for name, value in cpu.items() if value >= 0.5}
     if span_ms:
-        return percentile(late, 99.0) / 1000, cpu
-    return jobs / max(0.001, late[-1] / 1000), cpu
+        return percentile(late, 99.0) / 1000, cpu, messages
+    return jobs / max(0.001, late[-1] / 1000), cpu, messages
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,14 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     cpu: dict[str, list[float]] = {}
     try:
         for _ in range(options.rounds):
-            figure, per_job = _round(env, options.jobs, options.span * 1000)
+            figure, per_job, messages = _round(env, options.jobs, options.span * 1000)
             for name, value in per_job.items():
                 cpu.setdefault(name, []).append(value)
             what = "lateness p99 (s)" if options.span else "drained (jobs/s)"
             cpu.setdefault(what, []).append(figure)
+            cpu.setdefault("jobs/message", []).append(options.jobs / max(1, messages))
             rows = ", ".join(f"{name} {value:.0f}" for name, value in per_job.items())
             load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-            print(f"{what} {figure:,.2f}; CPU µs/job: {rows}; load {load}")
+            print(
+                f"{what} {figure:,.2f}; {messages} messages ({options.jobs / max(1, messages):.0f}"
+                f" jobs each); CPU µs/job: {rows}; load {load}"
+            )
     finally:
         env.close()
     medians = ", ".join(f"{name} {statistics.median(v):,.2f}" for name, v in cpu.items())
