@@ -13,6 +13,8 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import hiredis
@@ -60,13 +62,12 @@ class DirectConnections:
         replaced and the call sent again, ``tries`` times in all. With ``first_args``
         (``ScriptCall.first_args``) the first send has them, and every send after it
         ``args``."""
-        command = pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
         again = None
-        if first_args is not None:
-            command, again = (
-                pack_command(("EVALSHA", script.sha, len(keys), *keys, *first_args)),
-                command,
-            )
+        if first_args is None:
+            command = pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
+        else:  # the resend's form is packed only when a resend is made
+            command = pack_command(("EVALSHA", script.sha, len(keys), *keys, *first_args))
+            again = partial(pack_command, ("EVALSHA", script.sha, len(keys), *keys, *args))
         link, new = self._take()
         try:
             reply = link.call(command, script, connect=new, tries=tries, again=again)
@@ -149,17 +150,17 @@ class _Link:
         *,
         connect: bool,
         tries: int = 3,
-        again: bytes | None = None,
+        again: Callable[[], bytes] | None = None,
     ) -> Any:
         """Send the packed EVALSHA ``command`` of ``script`` and return its reply (raise it,
         when an error). When Redis lost the script (a replica promoted by a failover has
         none), it is loaded and the command sent again, in one round trip (as it was: it
-        did not run). ``again``: the command to send after a connection error instead
-        (``DirectConnections.run``'s ``first_args``)."""
+        did not run). ``again``: what packs the command to send after a connection error
+        instead (``DirectConnections.run``'s ``first_args``)."""
         (reply,) = self._attempts(command, 1, connect=connect, tries=tries, again=again)
         if isinstance(reply, NoScriptError):
             load = packed("SCRIPT", "LOAD", script.script)
-            after = None if again is None else load + again
+            after = None if again is None else partial(_joined, load, again)
             loaded, reply = self._attempts(
                 load + command, 2, connect=False, tries=tries, again=after
             )
@@ -176,14 +177,21 @@ class _Link:
         return self._attempts(b"".join(commands), len(commands), connect=connect, tries=tries)
 
     def _attempts(
-        self, joined: bytes, count: int, *, connect: bool, tries: int, again: bytes | None = None
+        self,
+        joined: bytes,
+        count: int,
+        *,
+        connect: bool,
+        tries: int,
+        again: Callable[[], bytes] | None = None,
     ) -> list[Any]:
         """The replies to ``joined`` (``count`` packed commands), connected first when
         ``connect`` (a new link) and after each failed attempt, else after the health check;
         a connection error is tried again, ``tries`` attempts in all. A reply that is a
         ConnectionError (LOADING, NOAUTH and the like: the connection is not usable) is one
         too (AuthenticationError is not tried again). An attempt after a failure sends
-        ``again`` when given (the call may have run: a resend's form), else ``joined``."""
+        what ``again`` packs when given (the call may have run: a resend's form), else
+        ``joined``."""
         failures = 0
         while True:
             try:
@@ -204,7 +212,7 @@ class _Link:
                     raise
                 self.disconnect()  # the next attempt connects again
                 if again is not None:
-                    joined = again
+                    joined, again = again(), None
 
     def _check_health(self) -> None:
         """redis-py's health check, which its read path would make: after
@@ -326,3 +334,8 @@ def _reader_for(connection: AbstractConnection) -> hiredis.Reader | None:
 
 # This process's direct connections, made on first use, closed when the settings change.
 connections = OnFirstUse(DirectConnections)
+
+
+def _joined(first: bytes, rest: Callable[[], bytes]) -> bytes:
+    """``first`` followed by what ``rest`` packs."""
+    return first + rest()
