@@ -89,9 +89,7 @@ def run_attempt(
     # Spans and monitors (docs/tracing.md) before the hold: what deciding them costs is
     # paid while the job waits for its due time, not after it (both begin at ``call``).
     call, settle = around_attempt(attempt, call, settle)
-    due_ms, begun_us = attempt.due_ms, attempt.begun_us
-    if due_ms is not None and begun_us is not None and due_ms * 1000 > begun_us:
-        hold_until_due(due_ms, begun_us, attempt.replied)
+    hold_until_due(attempt.due_ms, attempt.begun_us, attempt.replied)
     if signals.job_started.receivers or events.logger.isEnabledFor(logging.DEBUG):
         now_ms = time.time_ns() // 1_000_000
         events.started(
