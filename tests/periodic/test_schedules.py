@@ -46,6 +46,18 @@ def scheduled_at(r: redis.Redis, job_id: str) -> float | None:
     return r.zscore(queue_keys(Q).scheduled, job_id)
 
 
+def mid_hour(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Give the planner a clock at ten seconds past half past the next hour, so that an
+    every-minute rule's next occurrence (hh:31) and an hourly one's (hh+1:00) are two
+    instants whatever the wall clock says: in the minute before a full hour both rules'
+    next occurrence would be that hour, one occurrence id, and a re-plan would rightly keep
+    it."""
+    hour = 3_600_000
+    clock = (redis_ms(r) // hour + 1) * hour + 30 * MINUTE + 10_000
+    monkeypatch.setattr(planner, "redis_now", lambda: clock)
+    return clock
+
+
 # ---- identity ------------------------------------------------------------------------------
 
 
@@ -118,9 +130,11 @@ def test_a_plan_from_an_old_read_of_a_changed_schedule_is_made_again_from_a_new_
 ) -> None:
     """A changed declaration meets a record another worker planned since it was read: the
     re-plan is made from the record as it is now, and no occurrence is left behind."""
+    clock = mid_hour(r, monkeypatch)
     declare("tick", every=60)
     planner.reconcile()
     first = stored("tick")
+    assert first.next_ms == clock - 10_000 + MINUTE
     monkeypatch.setattr(declarations, "_in_code", {})
     declare("tick", every=3600)
     monkeypatch.setattr(planner, "_stored_on", lambda queue: [])  # read before the first plan
@@ -134,9 +148,11 @@ def test_a_plan_from_an_old_read_of_a_changed_schedule_is_made_again_from_a_new_
 def test_a_changed_rule_replans_and_removes_the_unclaimed_occurrence(
     r: redis.Redis, declare: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    clock = mid_hour(r, monkeypatch)
     declare("tick", every=60)
     planner.reconcile()
     old_job = stored("tick").job
+    assert old_job == occurrence_id("tick", clock - 10_000 + MINUTE)
     monkeypatch.setattr(declarations, "_in_code", {})
     declare("tick", every=3600)
     assert planner.reconcile().planned == ["tick"]
@@ -151,6 +167,7 @@ def test_a_changed_rule_replans_and_removes_the_unclaimed_occurrence(
 def test_changed_arguments_replan_the_same_occurrence_with_the_new_spec(
     r: redis.Redis, declare: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    mid_hour(r, monkeypatch)  # both plans in one hour, however close to its end they run
     declare("tick", every=3600, args=("old",))
     planner.reconcile()
     job_id = str(stored("tick").job)
