@@ -21,6 +21,10 @@ from tests.support.stored import packed_specs, stored_job
 Q = queue_keys("t")
 WAKE = Q.wake
 TASK = "tests.support.jobs.record"
+# The stats hash every call here counts in: a script counts in the key it is given, so the
+# tests give one key and read that one back (a key of the minute at each call would split a
+# test's counts between two hashes when a minute ends between its calls).
+STATS = Q.stats(current_minute())
 
 
 def enqueue(
@@ -53,7 +57,7 @@ def exists(r: redis.Redis, job_id: str) -> bool:
 
 def claim(limit: int = 10, visibility_ms: int = 60_000, ahead_ms: int = 0) -> list[Any]:
     return get_scripts().claim(
-        [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, Q.stats(current_minute()), Q.dead,
+        [Q.scheduled, Q.inflight, Q.job_prefix, Q.paused, STATS, Q.dead,
          Q.spec_prefix],
         [limit, visibility_ms, STATS_TTL_SECONDS, ahead_ms],
     )  # fmt: skip
@@ -64,14 +68,14 @@ CANCEL_KEYS = [Q.scheduled, Q.dedupe, Q.job_prefix, Q.spec_prefix]
 
 def ack(job_id: str, token: str) -> int:
     return get_scripts().ack(
-        [Q.job(job_id), Q.inflight, Q.scheduled, Q.dedupe, Q.stats(current_minute()), Q.dead],
+        [Q.job(job_id), Q.inflight, Q.scheduled, Q.dedupe, STATS, Q.dead],
         [job_id, token, STATS_TTL_SECONDS],
     )
 
 
 def fail(job_id: str, token: str, backoff_ms: int = 0, max_attempts: int = 3) -> str:
     return get_scripts().fail(
-        [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, Q.stats(current_minute()),
+        [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, STATS,
          Q.job_prefix],
         [job_id, token, backoff_ms, "ValueError: boom", "Traceback...", max_attempts, 100,
          STATS_TTL_SECONDS, WAKE],
@@ -191,7 +195,7 @@ def test_claim_takes_due_jobs_in_due_order_up_to_the_limit(r: redis.Redis) -> No
     assert r.zscore(Q.inflight, "J2") == now + 30_000 == next_deadline
     assert r.zcard(Q.scheduled) == 2  # J1 and the future J3
     assert [j[0] for j in claim(limit=10)[4]] == ["J1"]
-    assert r.hget(Q.stats(current_minute()), "dispatched") == "3"
+    assert r.hget(STATS, "dispatched") == "3"
 
 
 def test_claim_ahead_takes_jobs_due_within_the_window_with_their_own_due_times(
@@ -337,7 +341,7 @@ def test_ack_removes_the_job_and_its_key(r: redis.Redis) -> None:
     assert r.exists(Q.job("A"))
     assert ack("A", token) == 1
     assert not r.exists(Q.job("A")) and r.zcard(Q.inflight) == 0 and r.hlen(Q.dedupe) == 0
-    assert r.hget(Q.stats(current_minute()), "acked") == "1"
+    assert r.hget(STATS, "acked") == "1"
 
 
 def test_ack_keeps_a_key_that_moved_to_a_newer_job(r: redis.Redis) -> None:
@@ -453,9 +457,8 @@ def test_bury_requeue_and_purge(r: redis.Redis) -> None:
     enqueue("A", 0, "k")
     enqueue("B", 0)
     s = get_scripts()
-    stats = Q.stats(current_minute())
     for job_id in ("A", "B"):
-        keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, stats, Q.spec_prefix]
+        keys = [Q.job(job_id), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, STATS, Q.spec_prefix]
         assert s.bury(keys, [job_id, "unknown task", STATS_TTL_SECONDS]) == 1
     assert r.zcard(Q.dead) == 2 and r.zcard(Q.scheduled) == 0 and r.hlen(Q.dedupe) == 0
     assert s.requeue([Q.job("A"), Q.dead, Q.scheduled, Q.dedupe], ["A", 0, WAKE]) == 1
@@ -538,7 +541,7 @@ def test_a_job_going_to_dead_keeps_a_key_that_moved_to_a_newer_job(
         r.zadd(Q.inflight, {"A": 0})
         assert reap() == [0, 1]
     else:
-        keys = [Q.job("A"), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, Q.stats(current_minute()),
+        keys = [Q.job("A"), Q.inflight, Q.scheduled, Q.dead, Q.dedupe, STATS,
                 Q.spec_prefix]  # fmt: skip
         assert get_scripts().bury(keys, ["A", "unknown task", STATS_TTL_SECONDS]) == 1
     assert r.zscore(Q.dead, "A") is not None
