@@ -29,6 +29,7 @@ from delayqueue.periodic.identity import occurrence_id
 from delayqueue.services import schedules as schedule_service
 from tests.support import jobs
 from tests.support.admin_pages import text, url, user_client
+from tests.support.clocks import mid_hour
 from tests.support.states import redis_ms
 from tests.support.waiting import wait_for
 
@@ -44,18 +45,6 @@ def stored(name: str) -> ScheduleRecord:
 
 def scheduled_at(r: redis.Redis, job_id: str) -> float | None:
     return r.zscore(queue_keys(Q).scheduled, job_id)
-
-
-def mid_hour(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Give the planner a clock at ten seconds past half past the next hour, so that an
-    every-minute rule's next occurrence (hh:31) and an hourly one's (hh+1:00) are two
-    instants whatever the wall clock says: in the minute before a full hour both rules'
-    next occurrence would be that hour, one occurrence id, and a re-plan would rightly keep
-    it."""
-    hour = 3_600_000
-    clock = (redis_ms(r) // hour + 1) * hour + 30 * MINUTE + 10_000
-    monkeypatch.setattr(planner, "redis_now", lambda: clock)
-    return clock
 
 
 # ---- identity ------------------------------------------------------------------------------
