@@ -120,8 +120,8 @@ def test_a_last_run_that_is_no_number_does_not_stop_a_workers_start(
     good: Callable[[str], None],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # (on Redis's clock, a plan made just before a minute ends is for the minute that has
-    # begun when the test reads the clock: the planner's is pinned in mid-minute)
+    # (a plan made just before a minute ends is for the minute that has begun when the test
+    # would read Redis's clock: the planner's clock is pinned, ten seconds into a minute)
     now = mid_hour(r, monkeypatch)
     good("good")
     good("other")
