@@ -52,7 +52,7 @@ def enqueue_plain(
         _plain_reply,
         resend_safe=True,  # the ids are the client's: a second call finds its jobs written
         # its first send: the ids were just made, no job of it can have a hash to look for
-        first_args=[keys.wake, wake_horizon_ms, FIRST, *argv[3:]] if len(argv) == 7 else None,
+        first_args=[keys.wake, wake_horizon_ms, FIRST, *argv[3:]],
     )
 
 

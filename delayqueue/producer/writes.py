@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.engine import transitions
 from delayqueue.engine.clients import remember_queue
-from delayqueue.engine.execution import run_all, run_direct
+from delayqueue.engine.execution import run_all_direct, run_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.plain_enqueue import PlainWritten
 from delayqueue.observability import events, reported
@@ -43,9 +43,11 @@ def durable_of(specs: list[JobSpec]) -> bool | None:
 
 
 def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
-    """Write jobs: one on the direct connection, more in one round trip (their lines at
-    ``each_level``, with one line per write when that is DEBUG). Durable ones wait for
-    replicas in the same round trip (engine/execution.py)."""
+    """Write jobs: one on the direct connection, more in one round trip (on the direct
+    connection too, unless they wait for replicas or Redis is a cluster:
+    ``execution.run_all_direct``; their lines at ``each_level``, with one line per write
+    when that is DEBUG). Durable ones wait for replicas in the same round trip
+    (engine/execution.py)."""
     if len(specs) == 1:  # the latency path: delay_for() in a request
         remember_queue(specs[0].job.queue)
         call: transitions.ScriptCall[Any] = chunk_call(specs, events.INFO)  # (either layout)
@@ -55,7 +57,7 @@ def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
         remember_queue(queue)
     chunks = chunked(specs)
     calls = [chunk_call(chunk, each_level) for chunk in chunks]
-    written(chunks, run_all(calls, durable=durable_of(specs)))
+    written(chunks, run_all_direct(calls, durable=durable_of(specs)))
 
 
 def chunked(specs: list[JobSpec]) -> list[list[JobSpec]]:

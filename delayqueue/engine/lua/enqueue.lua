@@ -18,9 +18,9 @@
 --           job with limits or an expiry gets its hash, with its spec, at once)
 -- or, for plain jobs (no dedupe key, no limits: delay_for's usual job, and what delay_many
 -- writes), the plain layout (engine/plain_enqueue.py):
--- ARGV[3] "plain", or "plain-first" on the first send of a call of one job (its id was
---         just made, so no hash of it can exist: the EXISTS below is for a call sent again,
---         and every send after the first says "plain": ScriptCall.first_args)
+-- ARGV[3] "plain", or "plain-first" on the first send of a call (its ids were just made,
+--         so no hash of its jobs can exist: the EXISTS below is for a call sent again, and
+--         every send after the first says "plain": ScriptCall.first_args)
 -- ARGV[4] "delay" | "at", for every job of the call
 -- ARGV[5..] per job, 3 strings: id, ms, packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
@@ -171,7 +171,7 @@ if plain then
   end
   local new = key_type(KEYS[1])
   new = new == 'none' or new == 'zset'
-  if new then
+  if new and not fresh then  -- (a first send's ids were just made: none has a hash)
     local hashes = {}
     for i = 5, #ARGV, 3 do hashes[#hashes + 1] = KEYS[4] .. ARGV[i] end
     for s = 1, #hashes, 500 do
