@@ -234,7 +234,7 @@ def run_direct(
     if durability(durable) is not None:
         # A durable call's WAIT goes in the same round trip, on the same connection (``run``).
         return run(call, durable=durable, strict=strict)
-    script = get_scripts()[call.script]
+    script: Script = getattr(get_scripts(), call.script)  # (Scripts[name], one call less)
     with redis_errors():
         if is_cluster(get_redis()):
             reply = cluster_direct.connections().run(script, call.keys, call.args)
@@ -248,7 +248,8 @@ def run_all_direct(calls: Sequence[ScriptCall[Any]], *, durable: bool | None = N
     first send with its ``first_args``, as ``run_direct``) when every call is safe to resend,
     none waits for replicas and Redis is no cluster; else ``run_all``."""
     if (
-        durability(durable) is not None
+        not calls
+        or durability(durable) is not None
         or not all(call.resend_safe for call in calls)
         or is_cluster(get_redis())
     ):

@@ -63,8 +63,13 @@ def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
 def chunked(specs: list[JobSpec]) -> list[list[JobSpec]]:
     """The jobs of a write, one enqueue call per queue and CHUNK jobs."""
     by_queue: dict[str, list[JobSpec]] = {}
+    queue: str | None = None
+    group: list[JobSpec] = []
     for s in specs:
-        by_queue.setdefault(s.job.queue, []).append(s)
+        if s.job.queue != queue:  # (a batch's jobs mostly share their queue)
+            queue = s.job.queue
+            group = by_queue.setdefault(queue, [])
+        group.append(s)
     return [
         group[start : start + CHUNK]
         for group in by_queue.values()
@@ -93,13 +98,13 @@ def chunk_written(chunk: list[JobSpec], reply: list[transitions.Enqueued] | Plai
 
 def all_created(chunk: list[JobSpec], reply: PlainWritten) -> None:
     """The handles of a plain chunk whose jobs were all written as new: each is scheduled at
-    its due time (one datetime per due ms: a batch's jobs mostly share it)."""
-    due_at: dict[int, datetime] = {}
+    its due time (one datetime per run of jobs due at the same ms: a batch's mostly share
+    it)."""
+    now, last, at = reply.now_ms or 0, None, None
     for s in chunk:
-        due = reply.due_ms(s.mode, s.ms)
-        at = due_at.get(due)
-        if at is None:
-            at = due_at[due] = datetime.fromtimestamp(due / 1000, tz=UTC)
+        due = s.ms + now if s.mode == "delay" else s.ms  # (PlainWritten.due_ms)
+        if due != last:
+            last, at = due, datetime.fromtimestamp(due / 1000, tz=UTC)
         job = s.job
         job.due_at, job.outcome, job.state = at, "created", "scheduled"
 
