@@ -231,7 +231,7 @@ def _path(root: str, trail: Any) -> str:
 
 def encode_args(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> tuple[str, str]:
     """JSON of args and kwargs ("" for no kwargs), or NotSerializable / PayloadTooLarge."""
-    flat = type(args) in _PLAIN_SEQUENCES and not kwargs and all(type(a) in _FLAT for a in args)
+    flat = type(args) in _PLAIN_SEQUENCES and not kwargs and _FLAT.issuperset(map(type, args))
     if not flat:  # (flat, the common case: only a huge int or a lone surrogate can fail)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise NotSerializable(f"args must be a list or tuple, not {type(args).__name__}")

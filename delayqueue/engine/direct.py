@@ -77,6 +77,27 @@ class DirectConnections:
         self._idle.append(link)
         return reply
 
+    def run_many(
+        self, calls: list[tuple[Script, list[str], list[Any], list[Any] | None]], *, tries: int = 3
+    ) -> list[Any]:
+        """``run`` for several calls ``(script, keys, args, first_args)`` in one round trip,
+        in order: each one's reply, an error reply as its exception (not raised). A script
+        Redis lost is loaded and the calls it refused sent again, in one round trip."""
+        first: list[bytes] = []
+        again: list[Callable[[], bytes] | None] = []
+        for script, keys, args, first_args in calls:
+            head = ("EVALSHA", script.sha, len(keys), *keys)
+            first.append(pack_command((*head, *(args if first_args is None else first_args))))
+            again.append(None if first_args is None else partial(pack_command, (*head, *args)))
+        link, new = self._take()
+        try:
+            replies = link.call_many(first, [c[0] for c in calls], again, connect=new, tries=tries)
+        except BaseException:
+            link.disconnect()
+            raise
+        self._idle.append(link)
+        return replies
+
     def run_all(self, commands: list[bytes]) -> list[Any]:
         """Send the packed ``commands`` at once on one connection and read a reply for each
         (an error reply as its exception, not raised; engine/direct_pipeline.py). Only for
@@ -169,6 +190,39 @@ class _Link:
         if isinstance(reply, Exception):
             raise reply
         return reply
+
+    def call_many(
+        self,
+        commands: list[bytes],
+        scripts: list[Script],
+        again: list[Callable[[], bytes] | None],
+        *,
+        connect: bool,
+        tries: int = 3,
+    ) -> list[Any]:
+        """``call`` for several packed EVALSHA ``commands`` (of ``scripts``) at once: each
+        one's reply, an error reply as its exception (not raised). ``again[i]``: what packs
+        command i to send after a connection error instead, or None."""
+        replies = self._attempts(
+            b"".join(commands), len(commands), connect=connect, tries=tries,
+            again=_all_again(commands, again),
+        )  # fmt: skip
+        lost = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:  # (they did not run: sent again as they were, after their scripts' loads)
+            loads = {scripts[i].sha: scripts[i] for i in lost}
+            load = b"".join(packed("SCRIPT", "LOAD", script.script) for script in loads.values())
+            resend = _all_again([commands[i] for i in lost], [again[i] for i in lost])
+            after = None if resend is None else partial(_joined, load, resend)
+            answers = self._attempts(
+                load + b"".join(commands[i] for i in lost), len(loads) + len(lost),
+                connect=False, tries=tries, again=after,
+            )  # fmt: skip
+            for loaded in answers[: len(loads)]:
+                if isinstance(loaded, Exception):
+                    raise loaded
+            for i, reply in zip(lost, answers[len(loads) :], strict=True):
+                replies[i] = reply
+        return replies
 
     def call_all(self, commands: list[bytes], *, connect: bool, tries: int = 3) -> list[Any]:
         """Send the packed ``commands`` at once and read a reply for each (an error reply as
@@ -334,6 +388,18 @@ def _reader_for(connection: AbstractConnection) -> hiredis.Reader | None:
 
 # This process's direct connections, made on first use, closed when the settings change.
 connections = OnFirstUse(DirectConnections)
+
+
+def _all_again(
+    commands: list[bytes], again: list[Callable[[], bytes] | None]
+) -> Callable[[], bytes] | None:
+    """What packs ``commands`` to send after a connection error, each by its ``again``
+    when it has one (else as it is); None when none has one."""
+    if all(pack is None for pack in again):
+        return None
+    return lambda: b"".join(
+        command if pack is None else pack() for command, pack in zip(commands, again, strict=True)
+    )
 
 
 def _joined(first: bytes, rest: Callable[[], bytes]) -> bytes:

@@ -234,13 +234,31 @@ def run_direct(
     if durability(durable) is not None:
         # A durable call's WAIT goes in the same round trip, on the same connection (``run``).
         return run(call, durable=durable, strict=strict)
-    script = get_scripts()[call.script]
+    script: Script = getattr(get_scripts(), call.script)  # (Scripts[name], one call less)
     with redis_errors():
         if is_cluster(get_redis()):
             reply = cluster_direct.connections().run(script, call.keys, call.args)
         else:
             reply = direct.connections().run(script, call.keys, call.args, call.first_args)
     return call.parse(reply)
+
+
+def run_all_direct(calls: Sequence[ScriptCall[Any]], *, durable: bool | None = None) -> list[Any]:
+    """``run_all`` in one round trip on a connection of ``DirectConnections`` (each call's
+    first send with its ``first_args``, as ``run_direct``) when every call is safe to resend,
+    none waits for replicas and Redis is no cluster; else ``run_all``."""
+    if (
+        not calls
+        or durability(durable) is not None
+        or not all(call.resend_safe for call in calls)
+        or is_cluster(get_redis())
+    ):
+        return run_all(calls, durable=durable)
+    scripts = get_scripts()
+    sent = [(scripts[c.script], c.keys, c.args, c.first_args) for c in calls]
+    with redis_errors():
+        replies = direct.connections().run_many(sent)
+    return first_error(read_replies(calls, replies))
 
 
 def warm_up() -> None:

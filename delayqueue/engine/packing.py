@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 
 from delayqueue.engine.keys import JobField, QueueKeys
 
@@ -28,14 +29,26 @@ _UNCODED = "delayqueue.run_django_task\n"
 def codable(specs: Iterable[str]) -> bool:
     """Whether enqueue.lua may code ``specs`` (its tasks hash is given: lua/_spec.lua):
     not when one is a spec of a task that stays uncoded."""
-    return not any(spec.startswith(_UNCODED) for spec in specs)
+    return not any(map(str.startswith, specs, repeat(_UNCODED)))
 
 
 def enqueue_keys(keys: QueueKeys, specs: Iterable[str]) -> list[str]:
     """enqueue.lua's KEYS for a call that writes ``specs``: with the tasks hash, which codes
-    them, unless one of them stays uncoded (``codable``)."""
-    found = [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix]
-    return [*found, keys.tasks] if codable(specs) else found
+    them, unless one of them stays uncoded (``codable``). One list per queue and kind, made
+    on its first use (every delay_for asks): a caller never changes it."""
+    kind = (keys.base, codable(specs))  # (the base names the queue: no dataclass hash)
+    found = _enqueue_keys.get(kind)
+    if found is None:
+        found = [keys.scheduled, keys.inflight, keys.dedupe, keys.job_prefix, keys.spec_prefix]
+        if kind[1]:
+            found.append(keys.tasks)
+        if len(_enqueue_keys) >= 4_096:
+            _enqueue_keys.clear()
+        _enqueue_keys[kind] = found
+    return found
+
+
+_enqueue_keys: dict[tuple[str, bool], list[str]] = {}
 
 
 # In this order, joined by "\n". Only the dedupe key, last, may itself contain "\n". The

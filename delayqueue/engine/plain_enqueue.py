@@ -43,17 +43,12 @@ def enqueue_plain(
 ) -> ScriptCall[PlainWritten]:
     """(new) -> scheduled for plain jobs ``(id, ms, packed spec)``, each due ``ms`` from
     Redis's now ("delay") or at epoch ``ms`` ("at")."""
-    argv: list[Any] = [keys.wake, wake_horizon_ms, PLAIN, mode]
-    argv += chain.from_iterable(jobs)
-    return ScriptCall(
-        "enqueue",
-        enqueue_keys(keys, argv[6::3]),
-        argv,
-        _plain_reply,
-        resend_safe=True,  # the ids are the client's: a second call finds its jobs written
-        # its first send: the ids were just made, no job of it can have a hash to look for
-        first_args=[keys.wake, wake_horizon_ms, FIRST, *argv[3:]] if len(argv) == 7 else None,
-    )
+    argv: list[Any] = [keys.wake, wake_horizon_ms, PLAIN, mode, *chain.from_iterable(jobs)]
+    # its first send: the ids were just made, no job of it can have a hash to look for
+    first = argv.copy()
+    first[2] = FIRST
+    # resend-safe: the ids are the client's, so a second call finds its jobs written
+    return ScriptCall("enqueue", enqueue_keys(keys, argv[6::3]), argv, _plain_reply, True, first)
 
 
 def _plain_reply(reply: Any) -> PlainWritten:

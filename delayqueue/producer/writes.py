@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from delayqueue.conf import WAKE_HORIZON_MS
 from delayqueue.engine import transitions
 from delayqueue.engine.clients import remember_queue
-from delayqueue.engine.execution import run_all, run_direct
+from delayqueue.engine.execution import run_all_direct, run_direct
 from delayqueue.engine.keys import queue_keys
 from delayqueue.engine.plain_enqueue import PlainWritten
 from delayqueue.observability import events, reported
@@ -43,9 +43,11 @@ def durable_of(specs: list[JobSpec]) -> bool | None:
 
 
 def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
-    """Write jobs: one on the direct connection, more in one round trip (their lines at
-    ``each_level``, with one line per write when that is DEBUG). Durable ones wait for
-    replicas in the same round trip (engine/execution.py)."""
+    """Write jobs: one on the direct connection, more in one round trip (on the direct
+    connection too, unless they wait for replicas or Redis is a cluster:
+    ``execution.run_all_direct``; their lines at ``each_level``, with one line per write
+    when that is DEBUG). Durable ones wait for replicas in the same round trip
+    (engine/execution.py)."""
     if len(specs) == 1:  # the latency path: delay_for() in a request
         remember_queue(specs[0].job.queue)
         call: transitions.ScriptCall[Any] = chunk_call(specs, events.INFO)  # (either layout)
@@ -55,14 +57,19 @@ def write(specs: list[JobSpec], each_level: int = events.DEBUG) -> None:
         remember_queue(queue)
     chunks = chunked(specs)
     calls = [chunk_call(chunk, each_level) for chunk in chunks]
-    written(chunks, run_all(calls, durable=durable_of(specs)))
+    written(chunks, run_all_direct(calls, durable=durable_of(specs)))
 
 
 def chunked(specs: list[JobSpec]) -> list[list[JobSpec]]:
     """The jobs of a write, one enqueue call per queue and CHUNK jobs."""
     by_queue: dict[str, list[JobSpec]] = {}
+    queue: str | None = None
+    group: list[JobSpec] = []
     for s in specs:
-        by_queue.setdefault(s.job.queue, []).append(s)
+        if s.job.queue != queue:  # (a batch's jobs mostly share their queue)
+            queue = s.job.queue
+            group = by_queue.setdefault(queue, [])
+        group.append(s)
     return [
         group[start : start + CHUNK]
         for group in by_queue.values()
@@ -91,13 +98,13 @@ def chunk_written(chunk: list[JobSpec], reply: list[transitions.Enqueued] | Plai
 
 def all_created(chunk: list[JobSpec], reply: PlainWritten) -> None:
     """The handles of a plain chunk whose jobs were all written as new: each is scheduled at
-    its due time (one datetime per due ms: a batch's jobs mostly share it)."""
-    due_at: dict[int, datetime] = {}
+    its due time (one datetime per run of jobs due at the same ms: a batch's mostly share
+    it)."""
+    now, last, at = reply.now_ms or 0, None, None
     for s in chunk:
-        due = reply.due_ms(s.mode, s.ms)
-        at = due_at.get(due)
-        if at is None:
-            at = due_at[due] = datetime.fromtimestamp(due / 1000, tz=UTC)
+        due = s.ms + now if s.mode == "delay" else s.ms  # (PlainWritten.due_ms)
+        if due != last:
+            last, at = due, datetime.fromtimestamp(due / 1000, tz=UTC)
         job = s.job
         job.due_at, job.outcome, job.state = at, "created", "scheduled"
 

@@ -684,3 +684,35 @@ def test_a_pipeline_keeps_its_order_when_redis_never_saw_its_first_script(
     )  # fmt: skip
     assert [w.id for w in written] == [job_id] and cancelled.removed
     assert not exists(r, job_id)  # written, then cancelled: in the order given
+
+
+@pytest.mark.parametrize("first", ["plain-first", "plain"])
+def test_one_keyless_job_is_coded_as_a_batch_codes_its_spec(r: redis.Redis, first: str) -> None:
+    """The straightest path codes the usual spec itself (its code, then its args) once its
+    task has a code; other specs go on to code_spec: either way as a batch's job's."""
+    keys = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix, Q.tasks]
+
+    def in_bucket(job_id: str) -> str:
+        return str(r.hget(Q.spec_bucket(job_id), job_id))
+
+    specs = [
+        pack(TASK, '["x"]', "", "3", ""),  # the usual one
+        pack(TASK, '["x"]', "", "3", "5000"),
+        pack(TASK, '["x"]', '{"k": 1}', "3", ""),
+        pack(TASK, '["x"]', "", "3", "", trace="00-" + "1" * 32 + "-" + "2" * 16 + "-01"),
+        pack(TASK, "[]", "", "", ""),
+    ]
+    for spec in specs:  # each spec's code made first (by a batch), then one job alone
+        two = [new_job_id(), new_job_id()]
+        batch: list[Any] = [two[0], 0, spec, two[1], 0, spec]
+        get_scripts().enqueue(keys, [WAKE, WAKE_HORIZON_MS, first, "delay", *batch])
+        one = new_job_id()
+        [now] = get_scripts().enqueue(keys, [WAKE, WAKE_HORIZON_MS, first, "delay", one, 0, spec])
+        assert in_bucket(one) == in_bucket(two[0]) == in_bucket(two[1]) != spec
+        assert in_bucket(one).startswith("\x01") and r.zscore(Q.scheduled, one) == now
+        assert packed_specs(r, Q)[one] == spec
+    new = new_job_id()  # a task without a code yet: the path after the helpers makes it
+    spec = pack("tests.support.jobs.always_fails", "[1]", "", "", "")
+    get_scripts().enqueue(keys, [WAKE, WAKE_HORIZON_MS, first, "delay", new, 0, spec])
+    code = str(r.hget(Q.tasks, "tests.support.jobs.always_fails\n\n"))
+    assert code.startswith("\x01") and in_bucket(new) == code + "[1]"

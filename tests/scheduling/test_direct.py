@@ -357,3 +357,75 @@ def test_only_a_first_send_may_skip_the_check(r: redis.Redis) -> None:
     assert r.zscore(SCHEDULED, one.job.id) is None
     execution.run(call._replace(args=call.first_args))
     assert r.zscore(SCHEDULED, one.job.id) is not None  # written again: a second run
+
+
+# ---- delay_many: its chunks in one round trip on a direct connection ------------------------
+
+
+def test_delay_many_sends_its_chunks_at_once_and_their_first_send_skips_the_resends_check(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delay_many of more than one chunk: one send of every chunk's call, each saying its
+    ids are new ("plain-first": no EXISTS of their hashes)."""
+    jobs.record.delay_many([("warm",)], seconds=60, on_commit=False)
+    sent: list[bytes] = []
+    real = direct_path._Link.exchange_all
+
+    def recorded(link: Any, packed: bytes, count: int) -> list[Any]:
+        sent.append(packed)
+        return real(link, packed, count)
+
+    monkeypatch.setattr(direct_path._Link, "exchange_all", recorded)
+    before = command_calls(r, "exists")
+    made = jobs.record.delay_many([(i,) for i in range(writes.CHUNK + 7)], seconds=60)
+    assert len(sent) == 1 and sent[0].count(b"$11\r\nplain-first\r\n") == 2
+    assert command_calls(r, "exists") == before
+    assert {job.state for job in made} == {"scheduled"}
+    assert r.zcard(SCHEDULED) == writes.CHUNK + 8
+
+
+def test_a_delay_many_whose_reply_was_lost_is_sent_again_as_plain(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply lost after Redis ran the chunks sends them again as "plain", which finds
+    their jobs written (and would find their hashes, had a worker claimed some)."""
+    jobs.record.delay_many([("warm",)], seconds=60, on_commit=False)
+    sent: list[bytes] = []
+    real = direct_path._Link.exchange_all
+
+    def reply_lost_once(link: Any, packed: bytes, count: int) -> list[Any]:
+        sent.append(packed)
+        replies = real(link, packed, count)  # (Redis ran them)
+        if len(sent) == 1:
+            raise redis.ConnectionError("connection reset: the replies are lost")
+        return replies
+
+    monkeypatch.setattr(direct_path._Link, "exchange_all", reply_lost_once)
+    made = jobs.record.delay_many([(i,) for i in range(writes.CHUNK + 7)], seconds=60)
+    assert len(sent) == 2 and sent[0].count(b"$11\r\nplain-first\r\n") == 2
+    assert b"plain-first" not in sent[1] and sent[1].count(b"$5\r\nplain\r\n") == 2
+    assert {job.state for job in made} == {"scheduled"}
+    assert r.zcard(SCHEDULED) == writes.CHUNK + 8
+
+
+def test_a_delay_many_after_the_scripts_were_lost_loads_them_and_goes_through(
+    r: redis.Redis,
+) -> None:
+    jobs.record.delay_many([("warm",)], seconds=60, on_commit=False)
+    r.script_flush()
+    made = jobs.record.delay_many([(i,) for i in range(writes.CHUNK + 7)], seconds=60)
+    assert {job.state for job in made} == {"scheduled"}
+    assert r.zcard(SCHEDULED) == writes.CHUNK + 8
+
+
+def test_only_a_first_send_of_a_batch_may_skip_the_check(r: redis.Redis) -> None:
+    """Why a batch's resend says "plain": "plain-first" writes a claimed job's spec again."""
+    specs = [queue.spec(jobs.record, (f"claimed {i}",), delay=0) for i in range(3)]
+    call: transitions.ScriptCall[Any] = writes.chunk_call(specs)
+    assert call.first_args is not None and call.first_args[2] == "plain-first"
+    execution.run(call._replace(args=call.first_args))
+    assert {c.id.decode() for c in claim_all()} == {s.job.id for s in specs}
+    execution.run(call)  # "plain": the jobs have hashes, so nothing is written
+    assert r.zcard(SCHEDULED) == 0
+    execution.run(call._replace(args=call.first_args))
+    assert r.zcard(SCHEDULED) == 3  # written again: a second run

@@ -18,9 +18,9 @@
 --           job with limits or an expiry gets its hash, with its spec, at once)
 -- or, for plain jobs (no dedupe key, no limits: delay_for's usual job, and what delay_many
 -- writes), the plain layout (engine/plain_enqueue.py):
--- ARGV[3] "plain", or "plain-first" on the first send of a call of one job (its id was
---         just made, so no hash of it can exist: the EXISTS below is for a call sent again,
---         and every send after the first says "plain": ScriptCall.first_args)
+-- ARGV[3] "plain", or "plain-first" on the first send of a call (its ids were just made,
+--         so no hash of its jobs can exist: the EXISTS below is for a call sent again, and
+--         every send after the first says "plain": ScriptCall.first_args)
 -- ARGV[4] "delay" | "at", for every job of the call
 -- ARGV[5..] per job, 3 strings: id, ms, packed spec
 -- Returns per job {id, due ms, "created" | "kept" | "replaced", "scheduled" | "inflight"}
@@ -33,9 +33,6 @@
 -- task's code in the tasks hash: a name for its options, which changes no job.)
 -- #include _now.lua
 -- #include _bounds.lua
--- #include _types.lua
--- #include _spec.lua
--- #include _wake.lua
 local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
   if not now then now = now_ms() end
@@ -45,13 +42,59 @@ end
 local horizon = number_in(ARGV[2], 0, MAX_TIME_MS)
 local fresh = ARGV[3] == 'plain-first'  -- (its first send: see ARGV[3])
 local plain = fresh or ARGV[3] == 'plain'
+
+-- One plain job whose spec is the usual one (no kwargs, trace context or key) and whose
+-- task's code is in the tasks hash already (every delay_for of a task but its first) goes
+-- straightest of all, before the script's other definitions (a call runs the chunk up to
+-- its return, and each helper defined on the way costs it a closure): HGET of the code,
+-- EXISTS (not on a first send), ZADD NX and HSET, as the path after the helpers below
+-- does (see there), which any other job, or one this path leaves, goes on to. The spec is
+-- coded as _spec.lua's code_spec codes such a spec: its code, then its args.
+if plain and #ARGV == 7 and horizon then
+  local id, ms, spec, tasks = ARGV[5], ARGV[6], ARGV[7], KEYS[6]
+  local t = string.find(spec, '\n', 1, true)  -- the ends of the task, args, max and vt
+  local a = t and string.find(spec, '\n', t + 1, true)
+  local m = a and string.find(spec, '\n', a + 2, true)  -- (the kwargs: none, checked below)
+  local v = m and string.find(spec, '\n', m + 1, true)
+  local due
+  if ARGV[4] == 'delay' then
+    local delay = number_in(ms, 0, MAX_TIME_MS)
+    due = delay and number_in(clock() + delay, MIN_TIME_MS, MAX_TIME_MS)
+  elseif ARGV[4] == 'at' then
+    due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
+  end
+  -- (true without a tasks hash: the spec is written as it is)
+  local code = due and id ~= '' and v == #spec and t > 1 and string.byte(spec, 1) ~= 1
+               and string.byte(spec, a + 1) == 10 and string.byte(spec, t + 1) == 91
+               and (not tasks or redis.pcall('HGET', tasks, string.sub(spec, 1, t)
+                                                         .. string.sub(spec, a + 2, v - 1)))
+  if (code == true or type(code) == 'string')
+      and (fresh or redis.call('EXISTS', KEYS[4] .. id) == 0) then
+    if code ~= true then spec = code .. string.sub(spec, t + 1, a - 1) end
+    local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
+    if type(added) == 'number' then
+      if type(redis.pcall('HSET', KEYS[5] .. string.sub(id, -2), id, spec)) == 'number' then
+        if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
+        if due < clock() + horizon and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
+          redis.call('PUBLISH', ARGV[1], due)  -- (_wake.lua's wake_if_head)
+        end
+        return {clock()}
+      end
+      if added == 1 then redis.call('ZREM', KEYS[1], id) end
+    end
+  end
+end
+
+-- #include _types.lua
+-- #include _spec.lua
+-- #include _wake.lua
 local codes = {}  -- task options -> their code (code_spec's cache for this call)
 
--- One plain job (delay_for's call, the common one) goes straightest, here, before the rest
--- of the script's definitions (every call runs the whole chunk up to its return: the
--- helpers below cost this call nothing): EXISTS (not on a first send) and its two writes,
--- no TYPE. A job whose arguments are bad, or that this path leaves, goes on below, as a
--- batch of one.
+-- One plain job the path above left (its spec has kwargs or a trace context, its task's
+-- code is new, or it met something unusual) goes straight here, before the rest of the
+-- script's definitions (the helpers below cost this call nothing): EXISTS (not on a first
+-- send) and its two writes, no TYPE. A job whose arguments are bad, or that this path
+-- leaves, goes on below, as a batch of one.
 if plain and #ARGV == 7 and horizon then
   local mode, id, ms, spec = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
   local due
@@ -128,7 +171,7 @@ if plain then
   end
   local new = key_type(KEYS[1])
   new = new == 'none' or new == 'zset'
-  if new then
+  if new and not fresh then  -- (a first send's ids were just made: none has a hash)
     local hashes = {}
     for i = 5, #ARGV, 3 do hashes[#hashes + 1] = KEYS[4] .. ARGV[i] end
     for s = 1, #hashes, 500 do
