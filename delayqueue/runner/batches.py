@@ -76,13 +76,14 @@ class BatchJob(BatchEntry):
 
 
 @dataclass
-class _Settle:
-    """The calls that settle what ran, sent in one round trip, and what to report then."""
+class _Settle(riders.Carrying):
+    """The calls that settle what ran, sent in one round trip, and what to report then (a
+    job's outcome carried by its ack or fail: ``riders.Carrying``)."""
 
     calls: list[transitions.ScriptCall[Any]] = field(default_factory=list)
     reports: list[Callable[[Any], None]] = field(default_factory=list)
 
-    def add(
+    def keep(
         self, call: transitions.ScriptCall[Any], report: Callable[[Any], None], unsent: str
     ) -> None:
         """(``unsent`` is not logged per job: ``send`` says once when the round trip
@@ -91,6 +92,7 @@ class _Settle:
         self.reports.append(report)
 
     def send(self) -> None:
+        self.keep_held()
         if not self.calls:
             return
         try:
@@ -199,8 +201,8 @@ class _Run(NamedTuple):
 
 def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
     """Begin every job in one round trip (``later``: jobs the batch starts after them), with
-    the calls of the task's rides after the begins (a job's first); the jobs this dispatch
-    may run."""
+    the calls of the task's rides (a job's first begin's: carried by the begin, else after
+    the begins); the jobs this dispatch may run."""
     keys, queue, visibility_ms, rides = run.keys, run.queue, run.visibility_ms, run.rides
     horizon = min(HORIZON_MS, visibility_ms // 2)
     calls = [
@@ -215,24 +217,27 @@ def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
         for i, j in enumerate(jobs)
     ]
     request = run.request
-    ridden: list[tuple[BatchJob, transitions.ScriptCall[Any]]] = []
-    for j in jobs if rides is not None else []:
+    ridden: list[tuple[int, transitions.ScriptCall[Any]]] = []
+    for i, j in enumerate(jobs) if rides is not None else ():
         if j.ridden is riders.NOT_RIDDEN:  # (begun again: its first begin's reply stands)
             ride = riders.ride(rides, keys, j.id, j.token, j.args, j.kwargs, request, j.due_ms)
             if ride is not None:
-                ridden.append((j, ride))
+                ridden.append((i, ride))
     try:
-        replies = run_many_direct([*calls, *(ride for _, ride in ridden)])
+        if ridden:
+            replies, ridden_replies = riders.begins_with(calls, ridden)
+            for (i, _), reply in zip(ridden, ridden_replies, strict=True):
+                jobs[i].ridden = reply
+        else:
+            replies = run_many_direct(calls)
         replied = time.monotonic()
     except DelayQueueError as exc:
         logger.error(
             "batch of %s jobs on %s not run: no start recorded (%s)", len(jobs), queue, exc
         )
         return []
-    for (job, _), reply in zip(ridden, replies[len(calls) :], strict=True):
-        job.ridden = reply
     runnable = []
-    for job, began in zip(jobs, replies[: len(calls)], strict=True):
+    for job, began in zip(jobs, replies, strict=True):
         if isinstance(began, DelayQueueError):
             logger.error(
                 "job %s on %s not run: its start was not recorded (%s)", job.id, queue, began
