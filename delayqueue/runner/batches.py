@@ -184,6 +184,7 @@ def run_batch(
                 outcome = run_attempt(attempt, partial(call, job), backoff, settle)
             finally:
                 now_running(None, riders.NOT_RIDDEN)
+                job.ridden = None  # (read: not kept till the batch's end)
             succeeded += outcome.succeeded
     settle.send()
     return succeeded
@@ -205,8 +206,12 @@ def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
     the begins); the jobs this dispatch may run."""
     keys, queue, visibility_ms, rides = run.keys, run.queue, run.visibility_ms, run.rides
     horizon = min(HORIZON_MS, visibility_ms // 2)
-    calls = [
-        reported.begin(
+    request = run.request
+    calls: list[transitions.ScriptCall[Any]] = []
+    carried: list[int] = []  # the begins that carry their job's ride (one script call)
+    after: list[tuple[int, transitions.ScriptCall[Any]]] = []  # rides sent after the begins
+    for i, j in enumerate(jobs):
+        call: transitions.ScriptCall[Any] = reported.begin(
             keys,
             j.id,
             j.token,
@@ -214,28 +219,34 @@ def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
             horizon_ms=horizon,
             after=len(jobs) - i - 1 + later,
         )
-        for i, j in enumerate(jobs)
-    ]
-    request = run.request
-    ridden: list[tuple[int, transitions.ScriptCall[Any]]] = []
-    for i, j in enumerate(jobs) if rides is not None else ():
-        if j.ridden is riders.NOT_RIDDEN:  # (begun again: its first begin's reply stands)
+        # (a job begun again keeps its first begin's reply: no ride)
+        if rides is not None and j.ridden is riders.NOT_RIDDEN:
             ride = riders.ride(rides, keys, j.id, j.token, j.args, j.kwargs, request, j.due_ms)
             if ride is not None:
-                ridden.append((i, ride))
+                # (folded as it is made: a batch's calls wait for its round trip together)
+                folded = transitions.begin_starting(call, ride)
+                if folded is None:
+                    after.append((i, ride))
+                else:
+                    call = folded
+                    carried.append(i)
+        calls.append(call)
     try:
-        if ridden:
-            replies, ridden_replies = riders.begins_with(calls, ridden)
-            for (i, _), reply in zip(ridden, ridden_replies, strict=True):
-                jobs[i].ridden = reply
-        else:
-            replies = run_many_direct(calls)
+        replies = run_many_direct([*calls, *(ride for _, ride in after)])
         replied = time.monotonic()
     except DelayQueueError as exc:
         logger.error(
             "batch of %s jobs on %s not run: no start recorded (%s)", len(jobs), queue, exc
         )
         return []
+    for (i, _), reply in zip(after, replies[len(calls) :], strict=True):
+        jobs[i].ridden = reply
+    for i in carried:  # (begun, ridden), or the error its begin met
+        if isinstance(replies[i], DelayQueueError):
+            jobs[i].ridden = replies[i]
+        else:
+            replies[i], jobs[i].ridden = replies[i]
+    del replies[len(calls) :]
     runnable = []
     for job, began in zip(jobs, replies, strict=True):
         if isinstance(began, DelayQueueError):

@@ -109,38 +109,6 @@ def begin_with(
     return began, ridden
 
 
-def begins_with(
-    begins: list[transitions.ScriptCall[transitions.Begun]],
-    ridden: list[tuple[int, transitions.ScriptCall[Any]]],
-) -> tuple[list[Any], list[Any]]:
-    """A batch's ``begins`` with the calls that ride with them (``(index of its begin,
-    call)``) in one round trip: the begins' replies (Begun, or the DelayQueueError one met),
-    and the ridden calls' (in ``ridden``'s order; the error of a begin that carried one
-    and failed). A call a begin can carry is one script call with it
-    (``transitions.begin_starting``); another is sent after the begins."""
-    sent: list[transitions.ScriptCall[Any]] = list(begins)
-    carried: set[int] = set()
-    after = []
-    for index, call in ridden:
-        folded = transitions.begin_starting(begins[index], call)
-        if folded is None:
-            after.append(call)
-        else:
-            sent[index] = folded
-            carried.add(index)
-    replies = run_many_direct([*sent, *after])
-    began = replies[: len(begins)]
-    own: dict[int, Any] = {}  # the carried calls' replies, by their begin's index
-    for index in carried:
-        reply = began[index]
-        if isinstance(reply, DelayQueueError):
-            own[index] = reply
-        else:
-            began[index], own[index] = reply
-    rest = iter(replies[len(begins) :])
-    return began, [own[index] if index in carried else next(rest) for index, _ in ridden]
-
-
 class _Running(threading.local):
     job_id: str | None = None
     begun: Any = NOT_RIDDEN
