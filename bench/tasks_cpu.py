@@ -11,7 +11,10 @@ included). CPU time, unlike the wall clock, does not count the time a process wa
 the cores that other work holds, so it compares the two kinds on a busy machine (the
 wall-clock drain is ``--only tasks-load``'s). ``--profile TOP`` runs each kind once more
 under cProfile: Python calls per job (a count, whatever the machine's load), and the
-Django task's TOP functions by their own time."""
+Django task's TOP functions by their own time. ``--interleaved`` dispatches both kinds at
+once each round and runs their messages alternately, one message (a batch) of each in turn,
+so a load that changes during a round weighs on both kinds alike; the ratio is then given
+per round too."""
 
 from __future__ import annotations
 
@@ -51,12 +54,25 @@ def main(argv: list[str] | None = None) -> int:
         help="also run each kind's jobs once more under cProfile: calls per job, and the "
         "Django task's TOP functions by their own time",
     )  # fmt: skip
+    parser.add_argument(
+        "--interleaved", action="store_true",
+        help="dispatch both kinds together and run their messages alternately",
+    )  # fmt: skip
     options = parser.parse_args(argv)
     env = BenchEnv()
     try:
-        results = _measure(env, options.jobs, options.rounds, options.profile)
+        results = _measure(
+            env, options.jobs, options.rounds, options.profile, interleaved=options.interleaved
+        )
     finally:
         env.close()
+    if options.interleaved:
+        ratios = [
+            (c + r) / (dc + dr)
+            for (dc, dr), (c, r) in zip(results["delay_for"], results["Django task"], strict=True)
+        ]
+        print("per round, a Django task's job against a delay_for job's: "
+              + ", ".join(f"{x:.2f}x" for x in ratios))  # fmt: skip
     totals = {kind: statistics.median(c + r for c, r in rows) for kind, rows in results.items()}
     for kind, rows in results.items():
         shown = ", ".join(f"{c:.0f} + {r:.0f}" for c, r in rows)
@@ -67,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measure(
-    env: BenchEnv, jobs: int, rounds: int, top: int = 0
+    env: BenchEnv, jobs: int, rounds: int, top: int = 0, *, interleaved: bool = False
 ) -> dict[str, list[tuple[float, float]]]:
     import redis
     from celery import Celery
@@ -84,14 +100,14 @@ def _measure(
     app.conf.update(broker_url=url)
     broker = redis.Redis.from_url(url)
 
-    def dispatched(kind: str) -> list[tuple[str, list[Any], dict[str, Any], dict[str, Any]]]:
+    def dispatched(*kinds: str) -> list[tuple[str, list[Any], dict[str, Any], dict[str, Any]]]:
         env.flush(0, 2)
         now = int(time.time() * 1000)
-        if kind == "delay_for":
+        if "delay_for" in kinds:
             specs = [client.spec(stamp, (now,), delay=0) for _ in range(jobs)]
             for start in range(0, jobs, 1_000):
                 client.delay_many(specs[start : start + 1_000], on_commit=False)
-        else:
+        if "Django task" in kinds:
             task = stamp_task.using(run_after=datetime.fromtimestamp(now / 1000, tz=UTC))
             for _ in range(jobs):
                 task.enqueue(now)
@@ -117,7 +133,24 @@ def _measure(
     for kind in KINDS:  # a first round each, not counted: imports, connections, scripts
         for name, args, kwargs, headers in dispatched(kind)[:2]:
             app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
-    for _ in range(rounds):
+    for _ in range(rounds if interleaved else 0):
+        both = dispatched(*KINDS)
+        by_kind = {kind: [m for m in both if _kind(m) == kind] for kind in KINDS}
+        spent = {kind: [0.0, 0.0, 0.0] for kind in KINDS}  # own, Redis, in scripts
+        for pair in zip(*(by_kind[kind] for kind in KINDS), strict=False):
+            for kind, (name, args, kwargs, headers) in zip(KINDS, pair, strict=True):
+                own, server, scripts = time.process_time(), redis_cpu(), scripts_us()
+                app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
+                own, server = time.process_time() - own, redis_cpu() - server
+                spent[kind][0] += own
+                spent[kind][1] += server
+                spent[kind][2] += scripts_us() - scripts
+        for kind in KINDS:
+            count = sum(_jobs_in(m) for m in by_kind[kind][: min(map(len, by_kind.values()))])
+            own, server, scripts = spent[kind]
+            results[kind].append((own / count * 1e6, server / count * 1e6))
+            in_scripts[kind].append(scripts / count)
+    for _ in range(0 if interleaved else rounds):
         for kind in KINDS:
             messages = dispatched(kind)
             own, server, scripts = time.process_time(), redis_cpu(), scripts_us()
@@ -143,6 +176,22 @@ def _measure(
         shown = ", ".join(f"{us:.1f}" for us in rows)
         print(f"{kind}: Redis µs per job in scripts (INFO commandstats): {shown}")
     return results
+
+
+def _kind(message: tuple[str, list[Any], dict[str, Any], dict[str, Any]]) -> str:
+    """The kind of job a message runs (a batch's: its task's)."""
+    from delayqueue.django_tasks.job_args import RUN_DJANGO_TASK
+    from delayqueue.wire import RUN_BATCH
+
+    name, args = message[0], message[1]
+    task = args[1] if name == RUN_BATCH else name
+    return "Django task" if task == RUN_DJANGO_TASK else "delay_for"
+
+
+def _jobs_in(message: tuple[str, list[Any], dict[str, Any], dict[str, Any]]) -> int:
+    from delayqueue.wire import RUN_BATCH
+
+    return len(message[1][2]) if message[0] == RUN_BATCH else 1
 
 
 if __name__ == "__main__":

@@ -4,13 +4,14 @@ task, with a ``TaskContext`` when it takes one; record the outcome (SUCCESSFUL w
 return value, or the error) and send ``task_finished`` once the task has finished, which a
 failure that delayqueue will retry has not.
 
-The start is recorded in the round trip of the job's ``begin`` (starts.py, the runner's
-riders), and the outcome in the round trip of its ack or fail, before it: a job costs the
+The start is recorded by the job's ``begin`` (starts.py, the runner's riders), and the
+outcome by its ack or fail, each in that transition's own script call: a job costs the
 Celery side no round trip of its own. ``task_finished`` is sent once the outcome is
-written (a batch's jobs' at the batch's end, with their acks); a receiver that raises then
-is logged, the outcome stands. Run where no call rode with the begin (an older runner, a
-test calling the task), the attempt records its start and its outcome itself, one round
-trip each.
+written (a batch's jobs' at the batch's end, with their acks), to the receivers heard both
+when the task returned and then (a success that no one hears keeps nothing of the attempt
+until then); a receiver that raises then is logged, the outcome stands. Run where no call
+rode with the begin (an older runner, a test calling the task), the attempt records its
+start and its outcome itself, one round trip each.
 
 The attempt's ``TaskResult`` is made once, when something needs it: the task's
 ``TaskContext``, or a signal someone hears (``compat.heard``: not when its only receiver is
@@ -142,6 +143,11 @@ class _Run:
 
     def succeeded(self, queue: str, result_ttl: int, value: Any, returned: str) -> None:
         finished_ms = _now_ms()
+        if not heard(task_finished, logging.INFO):
+            # Nothing to send once the outcome is written: nothing kept until then (a
+            # batch's outcomes are written at its end).
+            self._record(queue, result_ttl, _SUCCESSFUL, finished_ms, _nothing, returned=returned)
+            return
 
         def then(reply: Any = None) -> None:
             if heard(task_finished, logging.INFO):
@@ -223,6 +229,10 @@ class _Run:
             task_finished.send(sender=DelayQueueBackend, task_result=result)
         except Exception:
             logger.exception("job %s: a task_finished receiver raised", self.job_id)
+
+
+def _nothing(reply: Any = None) -> None:
+    pass
 
 
 def _now_ms() -> int:

@@ -76,13 +76,14 @@ class BatchJob(BatchEntry):
 
 
 @dataclass
-class _Settle:
-    """The calls that settle what ran, sent in one round trip, and what to report then."""
+class _Settle(riders.Carrying):
+    """The calls that settle what ran, sent in one round trip, and what to report then (a
+    job's outcome carried by its ack or fail: ``riders.Carrying``)."""
 
     calls: list[transitions.ScriptCall[Any]] = field(default_factory=list)
     reports: list[Callable[[Any], None]] = field(default_factory=list)
 
-    def add(
+    def keep(
         self, call: transitions.ScriptCall[Any], report: Callable[[Any], None], unsent: str
     ) -> None:
         """(``unsent`` is not logged per job: ``send`` says once when the round trip
@@ -91,6 +92,7 @@ class _Settle:
         self.reports.append(report)
 
     def send(self) -> None:
+        self.keep_held()
         if not self.calls:
             return
         try:
@@ -182,6 +184,7 @@ def run_batch(
                 outcome = run_attempt(attempt, partial(call, job), backoff, settle)
             finally:
                 now_running(None, riders.NOT_RIDDEN)
+                job.ridden = None  # (read: not kept till the batch's end)
             succeeded += outcome.succeeded
     settle.send()
     return succeeded
@@ -199,12 +202,16 @@ class _Run(NamedTuple):
 
 def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
     """Begin every job in one round trip (``later``: jobs the batch starts after them), with
-    the calls of the task's rides after the begins (a job's first); the jobs this dispatch
-    may run."""
+    the calls of the task's rides (a job's first begin's: carried by the begin, else after
+    the begins); the jobs this dispatch may run."""
     keys, queue, visibility_ms, rides = run.keys, run.queue, run.visibility_ms, run.rides
     horizon = min(HORIZON_MS, visibility_ms // 2)
-    calls = [
-        reported.begin(
+    request = run.request
+    calls: list[transitions.ScriptCall[Any]] = []
+    carried: list[int] = []  # the begins that carry their job's ride (one script call)
+    after: list[tuple[int, transitions.ScriptCall[Any]]] = []  # rides sent after the begins
+    for i, j in enumerate(jobs):
+        call: transitions.ScriptCall[Any] = reported.begin(
             keys,
             j.id,
             j.token,
@@ -212,27 +219,36 @@ def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
             horizon_ms=horizon,
             after=len(jobs) - i - 1 + later,
         )
-        for i, j in enumerate(jobs)
-    ]
-    request = run.request
-    ridden: list[tuple[BatchJob, transitions.ScriptCall[Any]]] = []
-    for j in jobs if rides is not None else []:
-        if j.ridden is riders.NOT_RIDDEN:  # (begun again: its first begin's reply stands)
+        # (a job begun again keeps its first begin's reply: no ride)
+        if rides is not None and j.ridden is riders.NOT_RIDDEN:
             ride = riders.ride(rides, keys, j.id, j.token, j.args, j.kwargs, request, j.due_ms)
             if ride is not None:
-                ridden.append((j, ride))
+                # (folded as it is made: a batch's calls wait for its round trip together)
+                folded = transitions.begin_starting(call, ride)
+                if folded is None:
+                    after.append((i, ride))
+                else:
+                    call = folded
+                    carried.append(i)
+        calls.append(call)
     try:
-        replies = run_many_direct([*calls, *(ride for _, ride in ridden)])
+        replies = run_many_direct([*calls, *(ride for _, ride in after)])
         replied = time.monotonic()
     except DelayQueueError as exc:
         logger.error(
             "batch of %s jobs on %s not run: no start recorded (%s)", len(jobs), queue, exc
         )
         return []
-    for (job, _), reply in zip(ridden, replies[len(calls) :], strict=True):
-        job.ridden = reply
+    for (i, _), reply in zip(after, replies[len(calls) :], strict=True):
+        jobs[i].ridden = reply
+    for i in carried:  # (begun, ridden), or the error its begin met
+        if isinstance(replies[i], DelayQueueError):
+            jobs[i].ridden = replies[i]
+        else:
+            replies[i], jobs[i].ridden = replies[i]
+    del replies[len(calls) :]
     runnable = []
-    for job, began in zip(jobs, replies[: len(calls)], strict=True):
+    for job, began in zip(jobs, replies, strict=True):
         if isinstance(began, DelayQueueError):
             logger.error(
                 "job %s on %s not run: its start was not recorded (%s)", job.id, queue, began

@@ -3,18 +3,23 @@ in round trips of their own (``job.run_job``, ``batches.run_batch``).
 
 A task whose class sets ``dq_rides`` (a ``Rides``) has, for each dispatch of its jobs:
 
-- ``Rides.at_begin(...)``: a call sent right after the job's ``begin``, in the same round
-  trip (one pipeline: each script on its own, in order, on one connection; a batch's
-  begins first, then their calls). It must check itself that the begin let the dispatch
-  run (the call sees the begin's writes). Its reply, or the DelayQueueError it met, is
-  ``begun(job_id)`` while the attempt runs; a job begun again (a batch's long run, a job
-  with a rate) keeps the reply of its first begin;
+- ``Rides.at_begin(...)``: a call sent with the job's ``begin``, in the same round trip.
+  One the begin can carry (a Django task's ``task_started``: ``transitions.begin_starting``)
+  is part of the begin's own script call, written only when the dispatch runs; another is
+  sent right after the begin (one pipeline: each script on its own, in order, on one
+  connection; a batch's begins first, then their calls), and must check itself that the
+  begin let the dispatch run (the call sees the begin's writes). Its reply, or the
+  DelayQueueError it met, is ``begun(job_id)`` while the attempt runs; a job begun again (a
+  batch's long run, a job with a rate) keeps the reply of its first begin;
 - ``settle_with(job_id, call, report, unsent)``, from the task's code: ``call`` goes in the
-  round trip that acks or fails the job, before the ack or the fail (a batch's: at its
-  end), and ``report(reply)`` is called after it.
+  round trip that acks or fails the job (a batch's: at its end): carried by the ack or the
+  fail when it can be (a Django task's ``task_finished``: ``transitions.settling_with``,
+  written first), else before it; ``report(reply)`` is called after it, before the ack's
+  or the fail's own report.
 
 ``delayqueue.run_django_task`` records a Django task's start with its job's begin, and its
-outcome with the ack (delayqueue/django_tasks/attempts.py): no round trip of its own."""
+outcome with the ack (delayqueue/django_tasks/attempts.py): no round trip, and no script
+call, of its own."""
 
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, NamedTuple, Protocol
 
 from delayqueue.engine import transitions
 from delayqueue.engine.direct_pipeline import run_many_direct
@@ -90,7 +96,13 @@ def begin_with(
     begin: transitions.ScriptCall[transitions.Begun], call: transitions.ScriptCall[Any]
 ) -> tuple[transitions.Begun, Any]:
     """``begin`` and ``call`` in one round trip: the begin's reply (its error raised), and
-    the call's reply or error (on a direct connection: engine/direct_pipeline.py)."""
+    the call's reply or error. A call the begin can carry (a Django task's start:
+    ``transitions.begin_starting``) is one script call with it; another is sent after it
+    (on a direct connection: engine/direct_pipeline.py)."""
+    carried = transitions.begin_starting(begin, call)
+    if carried is not None:
+        # (strict=False: under DURABLE, a replica slow to acknowledge is a warning)
+        return run_direct(carried, strict=False)
     began, ridden = run_many_direct([begin, call])
     if isinstance(began, DelayQueueError):
         raise began
@@ -149,8 +161,9 @@ def settle_with(
     unsent: str,
 ) -> bool:
     """Send ``call`` in the round trip that settles job ``job_id``, running in this thread,
-    before its ack or fail, and ``report(reply)`` after it (the reply is the DelayQueueError
-    it met when it could not be written: ``unsent`` says what that means, for the log).
+    carried by its ack or fail or before it (``Carrying``), and ``report(reply)`` after it
+    (the reply is the DelayQueueError it met when it could not be written: ``unsent`` says
+    what that means, for the log).
     False, and nothing sent, when no such job runs here: the caller sends it itself."""
     if _running.job_id != job_id or _running.settle is None:
         return False
@@ -158,7 +171,72 @@ def settle_with(
     return True
 
 
-class SettleTogether:
+class Held(NamedTuple):
+    """A task's outcome call (``settle_with``), held for its job's ack or fail to carry."""
+
+    call: transitions.ScriptCall[Any]
+    report: Callable[[Any], None]
+    unsent: str
+
+
+class Carrying:
+    """The settling of jobs in one round trip (``SettleTogether``, a batch's), with a task's
+    outcome in its job's ack or fail: the call ``settle_with`` adds (a Django task's
+    ``task_finished``) is held until the job's ack or fail comes next, which carries it
+    (``transitions.settling_with``: one script call, the outcome written first), and the
+    outcome's report is called before the settling's. A call it cannot carry is sent before
+    it, as its own. ``keep`` takes each call to send."""
+
+    held: Held | None = None
+
+    def add(
+        self, call: transitions.ScriptCall[Any], report: Callable[[Any], None], unsent: str
+    ) -> None:
+        held, self.held = self.held, None
+        if held is None:
+            if call.script == transitions.CARRIED_OUTCOME:
+                self.held = Held(call, report, unsent)
+                return
+        else:
+            carrying = transitions.settling_with(call, held.call)
+            if carrying is None:
+                self.keep(*held)
+            else:
+                call, report = carrying, partial(_both, held.report, held.unsent, report)
+        self.keep(call, report, unsent)
+
+    def keep_held(self) -> None:
+        """A held call that nothing came to carry: sent as its own."""
+        held, self.held = self.held, None
+        if held is not None:
+            self.keep(*held)
+
+    def keep(
+        self, call: transitions.ScriptCall[Any], report: Callable[[Any], None], unsent: str
+    ) -> None:
+        raise NotImplementedError
+
+
+def _both(
+    outcome_report: Callable[[Any], None],
+    outcome_unsent: str,
+    report: Callable[[Any], None],
+    reply: Any,
+) -> None:
+    """The reports of a settling call that carried an outcome: the outcome's, then its own
+    (each with the error, when the call met one)."""
+    if isinstance(reply, DelayQueueError):
+        outcome_report(reply)
+        report(reply)
+        return
+    settled, recorded = reply
+    if isinstance(recorded, DelayQueueError):
+        logger.error("%s (%s)", outcome_unsent, recorded)
+    outcome_report(recorded)
+    report(settled)
+
+
+class SettleTogether(Carrying):
     """The settling of one job of its own message whose task rides: what its code adds
     and its ack or fail, sent in one round trip by ``send`` (runner.attempt.Settle)."""
 
@@ -167,7 +245,7 @@ class SettleTogether:
         self.reports: list[Callable[[Any], None]] = []
         self.unsent: list[str] = []
 
-    def add(
+    def keep(
         self, call: transitions.ScriptCall[Any], report: Callable[[Any], None], unsent: str
     ) -> None:
         self.calls.append(call)
@@ -175,6 +253,7 @@ class SettleTogether:
         self.unsent.append(unsent)
 
     def send(self) -> None:
+        self.keep_held()
         calls, reports, unsent = self.calls, self.reports, self.unsent
         self.calls, self.reports, self.unsent = [], [], []
         if not calls:

@@ -13,8 +13,15 @@
 -- ARGV[1] job id
 -- ARGV[2] fencing token
 -- ARGV[3] stats ttl seconds
--- ARGV[4] wake channel, optional (a waiter made due now wakes the delay workers)
--- Returns 1 when acked, 0 when the token is stale or the job is gone.
+-- ARGV[4] wake channel (a waiter made due now wakes the delay workers; with KEYS[9], given)
+-- Carried, optional, after all of the above (a Django task's job: its attempt's outcome is
+-- written first, as task_finished.lua writes it, whatever the ack then finds: one call where
+-- there were two; engine/transitions.settling_with):
+--   KEYS[9] the job's results hash      dq:{Q}:result:<id>
+--   ARGV[5] task_finished.lua's ARGV[1] (ttl s of the results hash), ARGV[6...] its
+--           ARGV[2...] (field, value pairs)
+-- Returns 1 when acked, 0 when the token is stale or the job is gone; with KEYS[9], {that,
+-- task_finished.lua's reply (1) or the text of the error it met}.
 -- #include _bounds.lua
 -- #include _types.lua
 -- #include _spec.lua
@@ -32,11 +39,17 @@ end
 
 local ttl = number_in(ARGV[3], 1, 1e9)
 if not ttl then return redis.error_reply('ERR ack: ARGV[3] is a stats ttl in seconds') end
+local recorded  -- (nil: no results hash given)
+if KEYS[9] then
+  -- A Django task's outcome (only such a job pays for its helper's definition)
+-- #include _task_finish.lua
+  recorded = outcome_written(KEYS[9], 5)
+end
 local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[6], 'zset'})
 if bad then return bad end
 -- A job key that is not a hash holds no token: nothing to ack (reap sends it to dead).
 local f = hash_fields(KEYS[1], 'tok', 'key', 'task', 'lim')
-if not f or f[1] ~= ARGV[2] then return 0 end
+if not f or f[1] ~= ARGV[2] then return recorded and {0, recorded} or 0 end
 local id = ARGV[1]
 release_key(KEYS[4], f[2], id)
 -- (A bucket that is not a hash holds no spec: the job is acked all the same.)
@@ -52,4 +65,4 @@ redis.call('ZREM', KEYS[3], id)
 redis.call('ZREM', KEYS[6], id)
 redis.call('DEL', KEYS[1])
 count_stat(KEYS[5], 'acked', 1, ttl)
-return 1
+return recorded and {1, recorded} or 1

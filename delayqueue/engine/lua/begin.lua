@@ -20,6 +20,12 @@
 --         takes room from no one), and then the job's entry is counted at the horizon's end
 --         (the latest it may start)
 -- ARGV[6] starts the batch still makes after this job, optional (default 0)
+-- Carried, optional, after all of the above (a Django task's job: its attempt's start is
+-- written when the dispatch runs, as task_started.lua writes it, in this call: the job's
+-- hash is read once; engine/transitions.begin_starting):
+--   KEYS[5] the job's results hash      dq:{Q}:result:<id>
+--   ARGV[7] to ARGV[17] task_started.lua's ARGV[1] to ARGV[11] (ARGV[5] and ARGV[6] then
+--           given: "0" for none)
 -- Returns {1, attempt, max attempts or "", now in microseconds, 1 when the job has a rate
 -- else 0, the ms its start is counted at (the latest it may start; with no rate, now)} to run (Redis's clock: a job dispatched ahead of its due time is held until then
 -- by it, see attempt.hold_until_due), {0} when the token is stale (or the job's data is
@@ -27,9 +33,14 @@
 -- expired before it could start (it does not run; the caller buries it as "expired"), {3,
 -- due ms} when its rate does not allow it to start now (it does not run: it is scheduled
 -- again at that due time, its attempt given back, its slot freed).
+-- With KEYS[5], a reply to run has a seventh item: task_started.lua's reply, or the text of
+-- the error it met (the job runs all the same: the caller decides); nothing is written
+-- there for a dispatch that does not run.
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
+-- (here, not in check_limits' _history.lua alone: a Django task's start uses it too)
+-- #include _utf8.lua
 
 -- The expiry and the limits of job `id` (its fields `f`: 'task', 'lim', 'exp' at 5 to 7),
 -- for a job that has either: a reply when it does not start, else nil, whether it has a
@@ -136,4 +147,17 @@ end
 redis.call('ZADD', KEYS[2], 'XX', now + vt, id)
 redis.call('HSET', KEYS[1], 'began', ARGV[2])  -- this dispatch started (see reap.lua)
 redis.call('HDEL', KEYS[1], 'rp')
-return {1, attempt, f[3] or '', now_in_us, rated and 1 or 0, counted}
+local reply = {1, attempt, f[3] or '', now_in_us, rated and 1 or 0, counted}
+if KEYS[5] then
+  -- A Django task's start (only such a job pays for its helpers' definitions)
+-- #include _task_start.lua
+  local ttl, kept = start_args(6)
+  if not ttl then
+    reply[7] = kept
+  else
+    local before, bad = start_before(KEYS[5])
+    reply[7] = before and start_written(KEYS[5], 6, before, f[2], f[3], utf8_text(ARGV[8]),
+                                        ttl, kept) or bad
+  end
+end
+return reply

@@ -20,7 +20,14 @@
 -- ARGV[7] most dead jobs kept
 -- ARGV[8] stats ttl seconds
 -- ARGV[9] wake channel
--- Returns "retry", "dead" or "stale".
+-- Carried, optional, after all of the above (a Django task's job: its attempt's outcome is
+-- written first, as task_finished.lua writes it, whatever the fail then finds: one call
+-- where there were two; engine/transitions.settling_with):
+--   KEYS[10] the job's results hash     dq:{Q}:result:<id>
+--   ARGV[10] task_finished.lua's ARGV[1] (ttl s of the results hash), ARGV[11...] its
+--            ARGV[2...] (field, value pairs)
+-- Returns "retry", "dead" or "stale"; with KEYS[10], {that, task_finished.lua's reply (1) or
+-- the text of the error it met}.
 -- #include _now.lua
 -- #include _bounds.lua
 -- #include _types.lua
@@ -39,11 +46,17 @@ local ttl = number_in(ARGV[8], 1, 1e9)
 if not (backoff and default_max and dead_max and ttl) then
   return redis.error_reply('ERR fail: bad backoff, max attempts, dead max or stats ttl')
 end
+local recorded  -- (nil: no results hash given)
+if KEYS[10] then
+  -- A Django task's outcome (only such a job pays for its helper's definition)
+-- #include _task_finish.lua
+  recorded = outcome_written(KEYS[10], 10)
+end
 local bad = wrong_type({KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash'})
 if bad then return bad end
 -- A job key that is not a hash holds no token: stale here, and reap sends it to dead.
 local f = hash_fields(KEYS[1], 'tok', 'att', 'max', 'key', 'hist', 'task', 'lim', 'exp')
-if not f or f[1] ~= ARGV[2] then return 'stale' end
+if not f or f[1] ~= ARGV[2] then return recorded and {'stale', recorded} or 'stale' end
 -- (A bucket that is not a hash holds no spec: the hash's fields are the job's.)
 local bucket = KEYS[8] and spec_bucket(KEYS[8], id)
 local parts = bucket and split_spec(bucket_spec(bucket, id) or '')
@@ -88,10 +101,10 @@ if why then
     local popped = redis.call('ZPOPMIN', KEYS[4], math.min(excess, 10))
     for i = 1, #popped, 2 do redis.call('DEL', KEYS[7] .. popped[i]) end
   end
-  return 'dead'
+  return recorded and {'dead', recorded} or 'dead'
 end
 
 schedule(KEYS[3], id, due, ARGV[9])
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[4], id)  -- reaped to dead while it ran: this outcome decides
-return 'retry'
+return recorded and {'retry', recorded} or 'retry'

@@ -10,18 +10,7 @@
 -- ARGV[2...] field, value pairs written as they are (status, finished, workers, ...)
 -- Returns 1. A results key of another type is an error, and is left alone. Safe to send
 -- twice (the same fields written again).
-local ttl = tonumber(ARGV[1])
-if not ttl or ttl < 1 or ttl > 1e9 or ttl ~= math.floor(ttl) or #ARGV % 2 ~= 1 or #ARGV < 3 then
-  return redis.error_reply('ERR task_finished: ARGV is ttl s, then field, value pairs')
-end
--- (HSET writes nothing to a key of another type: its error is the script's)
-local written = redis.pcall('HSET', KEYS[1], unpack(ARGV, 2))
-if type(written) == 'table' and written.err then
-  if string.sub(written.err, 1, 9) == 'WRONGTYPE' then
-    return redis.error_reply('WRONGTYPE delayqueue: ' .. KEYS[1] .. ' is a ' ..
-                             redis.call('TYPE', KEYS[1]).ok .. ', not a hash')
-  end
-  return written
-end
-redis.call('EXPIRE', KEYS[1], ttl)
+-- #include _task_finish.lua
+local written = outcome_written(KEYS[1], 1)
+if written ~= 1 then return redis.error_reply(written) end
 return 1
