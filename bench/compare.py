@@ -30,12 +30,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REF = "704271d"  # the commit before the structure step (issue 32)
 DEFAULT_ONLY = "enqueue,dispatch,burst,lateness,tasks,periodic"
 
-# (scenario, measure) -> (value, unit, value / its baseline in the same run or None)
+# (scenario, measure and the baseline it is beside) -> (value, unit, value / that baseline
+# in the same run or None); one measure may stand beside several baselines (delay_for
+# beside the raw EVALSHA and beside Celery's countdown), one row each
 Figures = dict[tuple[str, str], tuple[float, str, float | None]]
 
 
@@ -55,13 +58,18 @@ def run_bench(tree: Path, only: str, out: Path, smoke: bool) -> Figures:
 def read_figures(path: Path) -> Figures:
     document = json.loads(path.read_text())
     return {
-        (f["scenario"], f["measure"]): (
+        (f["scenario"], _beside(f)): (
             float(f["value"]),
             str(f["unit"]),
             float(f["value"]) / float(f["baseline"]) if f.get("baseline") else None,
         )
         for f in document["figures"]
     }
+
+
+def _beside(figure: dict[str, Any]) -> str:
+    name = figure.get("baseline_name")
+    return f"{figure['measure']} | {name}" if name else str(figure["measure"])
 
 
 def read_rounds(directory: Path) -> tuple[list[Figures], list[Figures]]:
@@ -108,7 +116,7 @@ def table(before: list[Figures], after: list[Figures]) -> str:
         ab = [x for f in after if key in f and (x := f[key][2]) is not None]
         vs = f"{statistics.median(bb):.2f} | {statistics.median(ab):.2f}" if bb and ab else "-"
         each = " ".join(number(v) for v in b) + " | " + " ".join(number(v) for v in a)
-        rows.append((key[0], key[1][:60], unit, number(mb), number(ma), ratio, vs, each))
+        rows.append((key[0], key[1][:90], unit, number(mb), number(ma), ratio, vs, each))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in
