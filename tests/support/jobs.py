@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any
 
 import redis
 from celery import shared_task
 
 from delayqueue import delayed_task
 from delayqueue.engine.clients import ClusterClient
+from delayqueue.wire import dispatch_headers
 
 RAN = "test:ran"
 
@@ -22,15 +24,19 @@ def _client() -> redis.Redis:
     return redis.Redis.from_url(os.environ["REDIS_URL"])
 
 
-def _report(kind: str, tag: str) -> None:
+def _report(kind: str, tag: str, request: Any = None) -> None:
+    """A run of ``kind`` with ``tag``: when it ran, in which process, and (given the Celery
+    ``request``) the job it ran, or None outside a dispatch."""
+    dispatch = dispatch_headers(request) if request is not None else None
     with _client() as client:
-        report = {"kind": kind, "tag": tag, "at": time.time(), "pid": os.getpid()}
+        report = {"kind": kind, "tag": tag, "at": time.time(), "pid": os.getpid(),
+                  "job": dispatch[1] if dispatch else None}  # fmt: skip
         client.rpush(RAN, json.dumps(report))
 
 
 @delayed_task(queue="tests", max_attempts=3, backoff=0.05)
 def record(tag: str) -> str:
-    _report("record", tag)
+    _report("record", tag, record.request)
     return tag
 
 
