@@ -25,11 +25,11 @@ BullMQ (the latest on npm) and ioredis are installed on first use with ``npm ins
 ~/.cache/delayqueue-bench/bullmq`` (``DQ_BENCH_BULLMQ_DIR`` to put them elsewhere), never into
 the repository; without node or npm the scenario is skipped, with a message saying so.
 
-huey need not be installed: its ``schedule()`` is emulated by its write path, as huey 3's
-``Huey.enqueue`` → ``RedisStorage.add_to_schedule`` does it for a task with an eta: the
-``Message`` pickled (bench/baselines.py's ``huey_messages``) and one ``ZADD`` round trip
-with redis-py. The emulation leaves out huey's ``Task`` object and its signal dispatch: it
-flatters huey a little.
+huey runs as itself (huey 3, in the dev extra): a ``RedisHuey`` on its defaults (results
+on) on the bench's Redis, its task's ``schedule(args=(i,), delay=...)`` one call at a time:
+huey 3 writes a task with an eta to its queue list (``LPUSH`` of the pickled message; its
+consumer moves it to the schedule when it reads it), so the call's cost is that one round
+trip and huey's Python (its ``Task``, signals, pickling, result handle).
 
 Enqueue rates are wall-clock, each system in turn, ``ROUNDS`` rounds (``delay_for`` and
 huey in alternate tenths within a round); the drains ``DRAIN_ROUNDS`` rounds, alternating
@@ -47,11 +47,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench import baselines
 from bench.bursts import _schedule_delayqueue, _stamps
 from bench.env import RAW_DB, BenchEnv, CeleryConfig, wait_for
 from bench.report import Figure
@@ -175,16 +173,20 @@ def _delay_many_cost(env: BenchEnv, count: int) -> Cost:
 
 
 def _huey_schedule(env: BenchEnv) -> Callable[[int], None]:
-    """huey's ``schedule()`` of ``task(i)`` due in 1-2 hours, by its write path: the message
-    pickled, one ZADD round trip (``RedisStorage.add_to_schedule``)."""
-    client = env.client(RAW_DB, decode=False)
-    key = "huey.schedule.bench"
-    client.zadd(key, {b"warm": 0})
+    """huey's own ``schedule()`` of ``task(i)`` due in 1-2 hours, on a ``RedisHuey`` with its
+    defaults in the raw database; connected by a first call."""
+    from huey import RedisHuey
+
+    huey = RedisHuey("bench", port=env.server.port, db=RAW_DB)
+
+    @huey.task(name=HUEY_TASK)
+    def close_unpaid_order(n: int) -> None:  # pragma: no cover - only scheduled
+        pass
+
+    close_unpaid_order.schedule(args=(0,), delay=3_600)
 
     def schedule(i: int) -> None:
-        eta = datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=3_600 + i % 3_600)
-        [message] = baselines.huey_messages(HUEY_TASK, [((i,), eta)])
-        client.zadd(key, {message: eta.timestamp()})
+        close_unpaid_order.schedule(args=(i,), delay=3_600 + i % 3_600)
 
     return schedule
 
@@ -364,7 +366,7 @@ def peers(env: BenchEnv, sizes: Sizes) -> list[Figure]:
                "BullMQ addBulk, 1,000 per call", add_bulk, f"≥ {BULK_GOAL}x BullMQ's",
                many >= BULK_GOAL * add_bulk, enqueue_detail("delay_many", "addBulk")),
         Figure("peers", "one at a time: delay_for", delay_for, "jobs/s",
-               "huey schedule() (its write path)", huey, f"≥ {ONE_GOAL}x huey's",
+               "huey schedule() (huey 3, its defaults)", huey, f"≥ {ONE_GOAL}x huey's",
                delay_for >= ONE_GOAL * huey, enqueue_detail("delay_for", "huey")),
         Figure("peers", "one at a time: delay_for", delay_for, "jobs/s",
                "BullMQ add, one at a time", rate("add"), detail=enqueue_detail("delay_for", "add")),
