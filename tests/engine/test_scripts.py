@@ -725,7 +725,7 @@ USUAL_SPEC = pack(TASK, '["x"]', "", "3", "")  # (the spec the straightest path 
 
 def code_the_task(first: str) -> None:
     """Two jobs of TASK in one call: its code is made (as a batch makes it)."""
-    made = [new_job_id(), 0, USUAL_SPEC, new_job_id(), 0, USUAL_SPEC]
+    made: list[Any] = [new_job_id(), 0, USUAL_SPEC, new_job_id(), 0, USUAL_SPEC]
     get_scripts().enqueue(CODED_KEYS, [WAKE, WAKE_HORIZON_MS, first, "delay", *made])
 
 
