@@ -62,12 +62,16 @@ class DirectConnections:
         replaced and the call sent again, ``tries`` times in all. With ``first_args``
         (``ScriptCall.first_args``) the first send has them, and every send after it
         ``args``."""
-        again = None
+        again: Callable[[], bytes] | None = None
         if first_args is None:
             command = pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
-        else:  # the resend's form is packed only when a resend is made
+        else:  # the resend's form is made and packed only when a resend is made
             command = pack_command(("EVALSHA", script.sha, len(keys), *keys, *first_args))
-            again = partial(pack_command, ("EVALSHA", script.sha, len(keys), *keys, *args))
+
+            def resend() -> bytes:
+                return pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
+
+            again = resend
         link, new = self._take()
         try:
             reply = link.call(command, script, connect=new, tries=tries, again=again)

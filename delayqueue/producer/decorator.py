@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from celery import Task, shared_task
 from celery.local import Proxy
@@ -24,8 +24,6 @@ from delayqueue.runner.attempt import Backoff
 from delayqueue.runner.job import run_job
 from delayqueue.validators import check_flag
 from delayqueue.wire import dispatch_headers
-
-R = TypeVar("R")
 
 if TYPE_CHECKING:
     _TaskBase = Task[Any, Any]
@@ -81,9 +79,9 @@ class DelayedTask(_TaskBase):
     ) -> api.Job:
         """Run ``self(*args, **kwargs)`` once the given delay has passed."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        return self._enqueue(
-            api.enqueue, args, kwargs, delay, None, key, on_conflict, on_commit, durable,
-            limit_key, expires,
+        return api.enqueue(
+            self, args, kwargs, delay=delay, key=key, on_conflict=on_conflict,
+            on_commit=on_commit, durable=durable, limit_key=limit_key, expires=expires,
         )  # fmt: skip
 
     def delay_until(
@@ -99,9 +97,9 @@ class DelayedTask(_TaskBase):
         **kwargs: Any,
     ) -> api.Job:
         """Run ``self(*args, **kwargs)`` at ``eta`` (an aware datetime)."""
-        return self._enqueue(
-            api.enqueue, args, kwargs, None, eta, key, on_conflict, on_commit, durable,
-            limit_key, expires,
+        return api.enqueue(
+            self, args, kwargs, eta=eta, key=key, on_conflict=on_conflict,
+            on_commit=on_commit, durable=durable, limit_key=limit_key, expires=expires,
         )  # fmt: skip
 
     def delay_many(
@@ -143,27 +141,6 @@ class DelayedTask(_TaskBase):
         return specs
 
     # ---- the defaulting the blocking and the awaited methods share ----------------------------
-
-    def _enqueue(
-        self,
-        enqueue: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        delay: float | timedelta | None,
-        eta: datetime | None,
-        key: str | None,
-        on_conflict: api.OnConflict,
-        on_commit: bool,
-        durable: bool | None,
-        limit_key: str | None,
-        expires: float | timedelta | None,
-    ) -> R:
-        """``enqueue`` (api.enqueue, or async_api.aenqueue: its coroutine) of this
-        task's job, due after ``delay`` seconds or at ``eta``."""
-        return enqueue(
-            self, args, kwargs, delay=delay, eta=eta, key=key, on_conflict=on_conflict,
-            on_commit=on_commit, durable=durable, limit_key=limit_key, expires=expires,
-        )  # fmt: skip
 
     def _durable(self, durable: bool | None) -> bool | None:
         """A move's durability: the call's, else the task's (else DURABLE decides)."""
@@ -228,9 +205,9 @@ class DelayedTask(_TaskBase):
     ) -> api.Job:
         """``delay_for``, awaited on the running event loop."""
         delay = delay_seconds(seconds=seconds, minutes=minutes, hours=hours, days=days, delta=delta)
-        return await self._enqueue(
-            async_api.aenqueue, args, kwargs, delay, None, key, on_conflict, on_commit,
-            durable, limit_key, expires,
+        return await async_api.aenqueue(
+            self, args, kwargs, delay=delay, key=key, on_conflict=on_conflict,
+            on_commit=on_commit, durable=durable, limit_key=limit_key, expires=expires,
         )  # fmt: skip
 
     async def adelay_until(
@@ -246,9 +223,9 @@ class DelayedTask(_TaskBase):
         **kwargs: Any,
     ) -> api.Job:
         """``delay_until``, awaited on the running event loop."""
-        return await self._enqueue(
-            async_api.aenqueue, args, kwargs, None, eta, key, on_conflict, on_commit,
-            durable, limit_key, expires,
+        return await async_api.aenqueue(
+            self, args, kwargs, eta=eta, key=key, on_conflict=on_conflict,
+            on_commit=on_commit, durable=durable, limit_key=limit_key, expires=expires,
         )  # fmt: skip
 
     async def adelay_many(

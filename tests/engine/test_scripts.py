@@ -716,3 +716,60 @@ def test_one_keyless_job_is_coded_as_a_batch_codes_its_spec(r: redis.Redis, firs
     get_scripts().enqueue(keys, [WAKE, WAKE_HORIZON_MS, first, "delay", new, 0, spec])
     code = str(r.hget(Q.tasks, "tests.support.jobs.always_fails\n\n"))
     assert code.startswith("\x01") and in_bucket(new) == code + "[1]"
+
+
+MIN_TIME_MS, MAX_TIME_MS = -62135596800000, 253402300799999  # (lua/_bounds.lua)
+CODED_KEYS = [Q.scheduled, Q.inflight, Q.dedupe, Q.job_prefix, Q.spec_prefix, Q.tasks]
+USUAL_SPEC = pack(TASK, '["x"]', "", "3", "")  # (the spec the straightest path codes)
+
+
+def code_the_task(first: str) -> None:
+    """Two jobs of TASK in one call: its code is made (as a batch makes it)."""
+    made: list[Any] = [new_job_id(), 0, USUAL_SPEC, new_job_id(), 0, USUAL_SPEC]
+    get_scripts().enqueue(CODED_KEYS, [WAKE, WAKE_HORIZON_MS, first, "delay", *made])
+
+
+def enqueue_coded(
+    first: str, mode: str, ms: Any, horizon: Any = WAKE_HORIZON_MS, job_id: str = "A"
+) -> Any:
+    """One keyless job of TASK in the plain layout with the tasks hash: the job the
+    straightest path takes once TASK has its code, when its arguments are good."""
+    args = [WAKE, horizon, first, mode, job_id, ms, USUAL_SPEC]
+    return get_scripts().enqueue(CODED_KEYS, args)
+
+
+@pytest.mark.parametrize("first", ["plain-first", "plain"])
+@pytest.mark.parametrize(
+    ("mode", "ms", "horizon"),
+    [
+        *[("delay", ms, WAKE_HORIZON_MS) for ms in ["abc", "", "nan", "inf", "-inf", "-1"]],
+        ("delay", "1e300", WAKE_HORIZON_MS),
+        ("delay", MAX_TIME_MS, WAKE_HORIZON_MS),  # (after year 9999 once the clock is added)
+        ("at", MIN_TIME_MS - 1, WAKE_HORIZON_MS),
+        ("at", MAX_TIME_MS + 1, WAKE_HORIZON_MS),
+        ("at", "nan", WAKE_HORIZON_MS),
+        ("soon", 0, WAKE_HORIZON_MS),
+        *[("delay", 0, horizon) for horizon in ["nan", "-1", MAX_TIME_MS + 1, "x"]],
+    ],
+)
+def test_one_keyless_job_refuses_what_a_batch_refuses_and_writes_nothing(
+    r: redis.Redis, first: str, mode: str, ms: Any, horizon: Any
+) -> None:
+    """The straightest path checks its job's time and the horizon itself (the bounds of
+    lua/_bounds.lua written out): what the general path refuses, it leaves to it."""
+    code_the_task(first)
+    before = (r.zrange(Q.scheduled, 0, -1, withscores=True), packed_specs(r, Q))
+    with pytest.raises(redis.ResponseError, match="^enqueue: "):
+        enqueue_coded(first, mode, ms, horizon)
+    assert (r.zrange(Q.scheduled, 0, -1, withscores=True), packed_specs(r, Q)) == before
+
+
+@pytest.mark.parametrize("first", ["plain-first", "plain"])
+@pytest.mark.parametrize(("mode", "ms"), [("at", MIN_TIME_MS), ("at", MAX_TIME_MS), ("delay", 0)])
+def test_one_keyless_job_at_the_bounds_is_written(
+    r: redis.Redis, first: str, mode: str, ms: int
+) -> None:
+    code_the_task(first)
+    [now] = enqueue_coded(first, mode, ms)
+    assert r.zscore(Q.scheduled, "A") == (ms if mode == "at" else now)
+    assert packed_specs(r, Q)["A"] == USUAL_SPEC

@@ -31,59 +31,70 @@
 -- Every argument of every job is checked before the first write: a bad one fails the call
 -- and writes nothing. (A call that fails later, on a key of the wrong type, may leave its
 -- task's code in the tasks hash: a name for its options, which changes no job.)
+local now  -- Redis's clock in ms, read once and only when needed (clock() below)
+
+-- One plain job whose spec is the usual one (no kwargs, trace context or key) and whose
+-- task's code is in the tasks hash already (every delay_for of a task but its first) goes
+-- straightest of all, as the script's very first code: a call runs the chunk up to its
+-- return, and each definition on the way costs it (the includes' helpers, each a closure),
+-- so what this path needs of them is written out here: Redis's clock as _now.lua's now_ms
+-- reads it, the bounds of _bounds.lua's number_in (a NaN fails them: it compares false),
+-- and no type() where a reply's value tells. HGET of the code, EXISTS (not on a first
+-- send), ZADD NX and HSET, as the path after the helpers below does (see there), which any
+-- other job, or one this path leaves, goes on to. The spec is coded as _spec.lua's
+-- code_spec codes such a spec: its code, then its args. (tests/engine/test_scripts.py
+-- holds the two paths alike.)
+local argv = ARGV
+local fresh = argv[3] == 'plain-first'  -- (its first send: see ARGV[3])
+if #argv == 7 and (fresh or argv[3] == 'plain') then
+  local find, sub, byte = string.find, string.sub, string.byte
+  local horizon, mode, id, spec, tasks = tonumber(argv[2]), argv[4], argv[5], argv[7], KEYS[6]
+  local time = redis.call('TIME')
+  local us = tonumber(time[2])
+  now = time[1] * 1000 + (us - us % 1000) / 1000  -- (now_ms: floor(us / 1000), exactly)
+  local due = tonumber(argv[6])
+  if mode == 'delay' and due and due >= 0 and due <= 253402300799999 then
+    due = now + due
+  elseif mode ~= 'at' then
+    due = nil
+  end
+  local t = find(spec, '\n', 1, true)  -- the ends of the task and the args
+  local a = t and find(spec, '\n', t + 1, true)
+  -- max attempts "\n" visibility: what follows the args is "\n" (no kwargs), those two and
+  -- "\n" (no trace context or key)
+  local options = a and string.match(spec, '^\n([^\n]*\n[^\n]*)\n$', a + 1)
+  -- (true without a tasks hash: the spec is written as it is)
+  local code = due and due >= -62135596800000 and due <= 253402300799999
+               and horizon and horizon >= 0 and horizon <= 253402300799999 and id ~= ''
+               and options and t > 1 and byte(spec, 1) ~= 1 and byte(spec, t + 1) == 91
+               and (not tasks or redis.pcall('HGET', tasks, sub(spec, 1, t) .. options))
+  if (code == true or type(code) == 'string')
+      and (fresh or redis.call('EXISTS', KEYS[4] .. id) == 0) then
+    if code ~= true then spec = code .. sub(spec, t + 1, a - 1) end
+    local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)  -- 1, 0 or an error
+    if added == 1 or added == 0 then
+      local wrote = redis.pcall('HSET', KEYS[5] .. sub(id, -2), id, spec)
+      if wrote == 1 or wrote == 0 then
+        if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
+        if due < now + horizon and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
+          redis.call('PUBLISH', argv[1], due)  -- (_wake.lua's wake_if_head)
+        end
+        return {now}
+      end
+      if added == 1 then redis.call('ZREM', KEYS[1], id) end
+    end
+  end
+end
+
 -- #include _now.lua
 -- #include _bounds.lua
-local now  -- Redis's clock in ms, read once and only when needed
 local function clock()
   if not now then now = now_ms() end
   return now
 end
 
 local horizon = number_in(ARGV[2], 0, MAX_TIME_MS)
-local fresh = ARGV[3] == 'plain-first'  -- (its first send: see ARGV[3])
 local plain = fresh or ARGV[3] == 'plain'
-
--- One plain job whose spec is the usual one (no kwargs, trace context or key) and whose
--- task's code is in the tasks hash already (every delay_for of a task but its first) goes
--- straightest of all, before the script's other definitions (a call runs the chunk up to
--- its return, and each helper defined on the way costs it a closure): HGET of the code,
--- EXISTS (not on a first send), ZADD NX and HSET, as the path after the helpers below
--- does (see there), which any other job, or one this path leaves, goes on to. The spec is
--- coded as _spec.lua's code_spec codes such a spec: its code, then its args.
-if plain and #ARGV == 7 and horizon then
-  local id, ms, spec, tasks = ARGV[5], ARGV[6], ARGV[7], KEYS[6]
-  local t = string.find(spec, '\n', 1, true)  -- the ends of the task, args, max and vt
-  local a = t and string.find(spec, '\n', t + 1, true)
-  local m = a and string.find(spec, '\n', a + 2, true)  -- (the kwargs: none, checked below)
-  local v = m and string.find(spec, '\n', m + 1, true)
-  local due
-  if ARGV[4] == 'delay' then
-    local delay = number_in(ms, 0, MAX_TIME_MS)
-    due = delay and number_in(clock() + delay, MIN_TIME_MS, MAX_TIME_MS)
-  elseif ARGV[4] == 'at' then
-    due = number_in(ms, MIN_TIME_MS, MAX_TIME_MS)
-  end
-  -- (true without a tasks hash: the spec is written as it is)
-  local code = due and id ~= '' and v == #spec and t > 1 and string.byte(spec, 1) ~= 1
-               and string.byte(spec, a + 1) == 10 and string.byte(spec, t + 1) == 91
-               and (not tasks or redis.pcall('HGET', tasks, string.sub(spec, 1, t)
-                                                         .. string.sub(spec, a + 2, v - 1)))
-  if (code == true or type(code) == 'string')
-      and (fresh or redis.call('EXISTS', KEYS[4] .. id) == 0) then
-    if code ~= true then spec = code .. string.sub(spec, t + 1, a - 1) end
-    local added = redis.pcall('ZADD', KEYS[1], 'NX', due, id)
-    if type(added) == 'number' then
-      if type(redis.pcall('HSET', KEYS[5] .. string.sub(id, -2), id, spec)) == 'number' then
-        if added == 0 then redis.call('ZADD', KEYS[1], due, id) end
-        if due < clock() + horizon and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
-          redis.call('PUBLISH', ARGV[1], due)  -- (_wake.lua's wake_if_head)
-        end
-        return {clock()}
-      end
-      if added == 1 then redis.call('ZREM', KEYS[1], id) end
-    end
-  end
-end
 
 -- #include _types.lua
 -- #include _spec.lua
