@@ -39,12 +39,6 @@ _encode = json.JSONEncoder().encode  # json.dumps's, without its call
 _KEYWORDS = frozenset((BACKEND, PRIORITY, RESULT_TTL, BACKOFF))
 
 
-def worker_id(request: Any) -> str:
-    """The Celery worker's node name (``celery@host``), else this host and process."""
-    hostname = getattr(request, "hostname", None)
-    return str(hostname) if hostname else f"{socket.gethostname()}:{os.getpid()}"
-
-
 def started_call(
     keys: QueueKeys,
     job_id: str,
@@ -60,12 +54,14 @@ def started_call(
     token: str = "",
 ) -> ScriptCall[task_results.TaskStarted | None]:
     """The call that records the start of an attempt of job ``job_id`` (``token``: only
-    when that dispatch has begun)."""
+    when that dispatch has begun), on the Celery worker's node name (``celery@host``), else
+    this host and process."""
+    hostname = getattr(request, "hostname", None)
     return task_results.task_started(
         keys,
         job_id,
         now_ms=now_ms,
-        worker=worker_id(request),
+        worker=str(hostname) if hostname else f"{socket.gethostname()}:{os.getpid()}",
         ttl_seconds=result_ttl,
         kept=MAX_KEPT,
         task=path,
@@ -93,15 +89,23 @@ class StartWithBegin:
     ) -> ScriptCall[task_results.TaskStarted | None] | None:
         """None for arguments that are not a Django task's (the run then fails as
         Celery calls it, or records its start itself)."""
-        if len(args) != 3 or not _KEYWORDS.issuperset(kwargs):
+        if len(args) != 3:
             return None
         path, call_args, call_kwargs = args
-        backend = kwargs.get(BACKEND, DEFAULT_BACKEND)
-        priority = kwargs.get(PRIORITY, DEFAULT_PRIORITY)
-        if type(priority) is not int:  # (True, as an earlier build wrote it)
-            priority = stored_priority(priority)
-        result_ttl = kwargs.get(RESULT_TTL, DEFAULT_RESULT_TTL)
-        if not (isinstance(path, str) and isinstance(backend, str)):
+        priority: int | None
+        if not kwargs:  # (a job of the default backend, priority and result TTL)
+            backend, priority, result_ttl = DEFAULT_BACKEND, DEFAULT_PRIORITY, DEFAULT_RESULT_TTL
+        elif _KEYWORDS.issuperset(kwargs):
+            backend = kwargs.get(BACKEND, DEFAULT_BACKEND)
+            priority = kwargs.get(PRIORITY, DEFAULT_PRIORITY)
+            if type(priority) is not int:  # (True, as an earlier build wrote it)
+                priority = stored_priority(priority)
+            result_ttl = kwargs.get(RESULT_TTL, DEFAULT_RESULT_TTL)
+            if not isinstance(backend, str):
+                return None
+        else:
+            return None
+        if not isinstance(path, str):
             return None
         now_ms = round(time.time() * 1000)
         if due_ms is not None and due_ms > now_ms:

@@ -312,8 +312,10 @@ def fail(
 # carries the start, and its ack or fail the outcome (their optional trailing KEYS and ARGV,
 # their Lua headers): one script call per transition, the job's hash read once.
 
+CARRIED_START = "task_started"  # the script whose call a begin can carry
 CARRIED_OUTCOME = "task_finished"  # the script whose call an ack or fail can carry
 _BEGIN_ARGS = 6  # begin.lua's ARGV before a start's (ARGV[5] and ARGV[6] given: "0" for none)
+_NO_HORIZON = [0, 0]  # ARGV[5] and ARGV[6] of a begin that gives neither (never changed)
 
 
 def begin_starting(
@@ -324,17 +326,17 @@ def begin_starting(
     is the begin's and the start's (None, as task_started.lua's {}, when it does not run;
     the DelayQueueError it met, which does not keep the job from running). None for a call
     it cannot carry (sent after the begin, in its round trip: runner/riders.py)."""
-    if begin.script != "begin" or start.script != "task_started" or len(start.keys) != 2:
+    if begin.script != "begin" or start.script != CARRIED_START or len(start.keys) != 2:
         return None
     args = begin.args
     if len(args) < _BEGIN_ARGS:
-        args = [*args, 0, 0]
+        args = args + _NO_HORIZON
     return ScriptCall(
         "begin",
-        [*begin.keys, start.keys[0]],
-        [*args, *start.args],
+        begin.keys + start.keys[:1],  # (new lists: neither call changes)
+        args + start.args,
         partial(_begun_and_started, begin.parse, start.parse),
-        resend_safe=begin.resend_safe and start.resend_safe,
+        begin.resend_safe and start.resend_safe,
     )
 
 
@@ -354,16 +356,16 @@ def settling_with(
     ``task_finished`` call (engine/task_results.py), which it writes first whatever the ack
     or fail finds; its reply is the settling's and the outcome's (the DelayQueueError it
     met: the job is settled all the same). None for a call it cannot carry."""
-    if outcome.script != "task_finished" or len(outcome.keys) != 1:
+    if outcome.script != CARRIED_OUTCOME or len(outcome.keys) != 1:
         return None
     if (settle.script, len(settle.keys), len(settle.args)) not in _SETTLES:
         return None
     return ScriptCall(
         settle.script,
-        [*settle.keys, *outcome.keys],
-        [*settle.args, *outcome.args],
+        settle.keys + outcome.keys,  # (new lists: neither call changes)
+        settle.args + outcome.args,
         partial(_settled_and_recorded, settle.parse, outcome.parse),
-        resend_safe=settle.resend_safe and outcome.resend_safe,
+        settle.resend_safe and outcome.resend_safe,
     )
 
 
@@ -377,9 +379,12 @@ def _settled_and_recorded(
     return parse(settled), _carried(parse_outcome, recorded)
 
 
+_TEXT = (bytes, str)  # (a tuple: ``bytes | str`` would be made at each call)
+
+
 def _carried(parse: Callable[[Any], ReplyT], reply: Any) -> ReplyT | DelayQueueError:
     """A carried call's reply read, or the DelayQueueError its text says it met."""
-    if isinstance(reply, bytes | str):
+    if isinstance(reply, _TEXT):
         return translate(ResponseError(_text(reply)))
     return parse(reply)
 
