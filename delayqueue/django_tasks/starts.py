@@ -17,6 +17,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from delayqueue.django_tasks.job_args import (
@@ -35,7 +36,18 @@ from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.transitions import ScriptCall
 
 RUNNING = "RUNNING"  # TaskResultStatus.RUNNING's value
-_encode = json.JSONEncoder().encode  # json.dumps's, without its call
+_ENCODER = json.JSONEncoder()  # json.dumps's
+_encode = _ENCODER.encode
+# The arguments a job carries came as JSON, so they hold no cycle: json.dumps's JSON, from
+# its C encoder run without cycle markers and without the encode() that makes it anew each
+# call (as wire.py's arguments; None where there is no C encoder).
+_C_ENCODE = (
+    c_make_encoder(
+        None, _ENCODER.default, encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
+    if c_make_encoder is not None
+    else None
+)
 _KEYWORDS = frozenset((BACKEND, PRIORITY, RESULT_TTL, BACKOFF))
 
 
@@ -65,7 +77,7 @@ def started_call(
         ttl_seconds=result_ttl,
         kept=MAX_KEPT,
         task=path,
-        args=_encode(args),
+        args=_encode(args) if _C_ENCODE is None else "".join(_C_ENCODE(args, 0)),
         kwargs=_encode(kwargs) if kwargs else "{}",  # (the usual call's, made once)
         backend=backend,
         priority=str(priority),
