@@ -64,6 +64,9 @@ _tasks: dict[tuple[str, int, str, str], tuple[Task[Any, Any], Callable[..., Any]
 _SCALARS = frozenset((str, int, float, bool, type(None)))  # JSON values as they are
 _DJANGO_CALL = Task.call  # Django's own: a task class that replaces it is called through it
 _SUCCESSFUL, _FAILED = TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value
+_encode = json.JSONEncoder().encode  # json.dumps's, without its call
+_clock = time.time
+TaskStarted = task_results.TaskStarted
 
 
 def run_attempt(
@@ -82,23 +85,43 @@ def run_attempt(
     queue = dispatch[0] if dispatch is not None else "default"
     if type(priority) is not int:  # a job an earlier build wrote: True
         priority = results.stored_priority(priority) or 0
-    task, direct = task_of(path, priority, logical(queue), backend)
+    found = _tasks.get((path, priority, queue, backend))
+    task, direct = found if found is not None else task_of(path, priority, queue, backend)
     if dispatch is None:
         return _call(task, direct, None, args, kwargs)
     job_id = dispatch[1]
-    start_ms = _now_ms()
-    begun = _started(riders.begun(job_id), queue, job_id, request, start_ms, path, args,
-                     kwargs, backend, priority, result_ttl)  # fmt: skip
-    run = _Run(task, job_id, args, kwargs, backend, begun, start_ms)
+    start_ms = round(_clock() * 1000)
+    begun = riders.begun(job_id)
+    if type(begun) is not TaskStarted:  # (none rode with its begin, or it met an error)
+        begun = _started(begun, queue, job_id, request, start_ms, path, args, kwargs,
+                         backend, priority, result_ttl)  # fmt: skip
+    run = None  # (made when something needs its TaskResult, or the task raised)
     if task.takes_context or heard(task_started, logging.INFO):
+        run = _Run(task, job_id, args, kwargs, backend, begun, start_ms)
         task_started.send(sender=DelayQueueBackend, task_result=run.result())
     try:
-        value = _call(task, direct, run.made, args, kwargs)
-        returned = "null" if value is None else json.dumps(value)
+        if direct is None:
+            value = _call(task, direct, None if run is None else run.made, args, kwargs)
+        else:  # (``_call``'s, without its call)
+            value = direct(*args, **kwargs)
+            if type(value) not in _SCALARS:
+                value = normalize_json(value)
+        returned = "null" if value is None else _encode(value)
     except Exception as exc:
+        if run is None:
+            run = _Run(task, job_id, args, kwargs, backend, begun, start_ms)
         run.failed(queue, result_ttl, exc)
         raise
-    run.succeeded(queue, result_ttl, value, returned)
+    finished_ms = round(_clock() * 1000)
+    if heard(task_finished, logging.INFO):
+        if run is None:
+            run = _Run(task, job_id, args, kwargs, backend, begun, start_ms)
+        run.succeeded(queue, result_ttl, value, returned, finished_ms)
+    else:
+        # Nothing to send once the outcome is written: nothing kept until then (a batch's
+        # outcomes are written at its end).
+        _record(queue, job_id, result_ttl, start_ms, begun.first, _SUCCESSFUL, finished_ms,
+                _nothing, returned=returned)  # fmt: skip
     return value
 
 
@@ -141,19 +164,17 @@ class _Run:
             )  # fmt: skip
         return self.made
 
-    def succeeded(self, queue: str, result_ttl: int, value: Any, returned: str) -> None:
-        finished_ms = _now_ms()
-        if not heard(task_finished, logging.INFO):
-            # Nothing to send once the outcome is written: nothing kept until then (a
-            # batch's outcomes are written at its end).
-            self._record(queue, result_ttl, _SUCCESSFUL, finished_ms, _nothing, returned=returned)
-            return
+    def succeeded(
+        self, queue: str, result_ttl: int, value: Any, returned: str, finished_ms: int
+    ) -> None:
+        """The success recorded, then ``task_finished`` sent when someone hears it."""
 
         def then(reply: Any = None) -> None:
             if heard(task_finished, logging.INFO):
                 self._send_finished(TaskResultStatus.SUCCESSFUL, finished_ms, value=value)
 
-        self._record(queue, result_ttl, _SUCCESSFUL, finished_ms, then, returned=returned)
+        _record(queue, self.job_id, result_ttl, self.start_ms, self.first, _SUCCESSFUL,
+                finished_ms, then, returned=returned)  # fmt: skip
 
     def failed(self, queue: str, result_ttl: int, exc: Exception) -> None:
         finished_ms = _now_ms()
@@ -170,41 +191,8 @@ class _Run:
                 self._send_finished(TaskResultStatus.FAILED, finished_ms, error=error)
 
         written = json.dumps([list(e) for e in errors])
-        self._record(queue, result_ttl, _FAILED, finished_ms, then, errors=written)
-
-    def _record(
-        self,
-        queue: str,
-        result_ttl: int,
-        status: str,
-        finished_ms: int,
-        then: Callable[[Any], None],
-        *,
-        returned: str | None = None,
-        errors: str | None = None,
-    ) -> None:
-        """Record how the attempt ended, in the round trip of the job's ack or fail when
-        the runner settles it (else now), then call ``then`` (with the reply, or None). A
-        Redis that cannot take it does not change the outcome: the job is acked or failed
-        as the task returned or raised, and its result says RUNNING until it expires.
-        Written: the status (``status``: a TaskResultStatus's value), when it ended, this
-        attempt's start (and the first start when it is this one: else it stands as
-        stored), the return value or the errors. The workers stand as the start wrote them,
-        and a success leaves the errors as they are."""
-        job_id = self.job_id
-        call = task_results.task_finished(
-            queue_keys(queue), job_id, result_ttl, status=status,
-            finished_ms=finished_ms, started_ms=self.start_ms if self.first else None,
-            last_attempt_ms=self.start_ms, returned=returned, errors=errors,
-        )  # fmt: skip
-        unsent = f"job {job_id} on {queue}: its result ({status}) could not be recorded"
-        if riders.settle_with(job_id, call, then, unsent):  # then(reply) after it is sent
-            return
-        try:
-            run_direct(call, durable=False, strict=False)
-        except DelayQueueError as exc:
-            logger.error("%s (%s)", unsent, exc)
-        then(None)
+        _record(queue, self.job_id, result_ttl, self.start_ms, self.first, _FAILED,
+                finished_ms, then, errors=written)  # fmt: skip
 
     def _send_finished(
         self,
@@ -231,6 +219,42 @@ class _Run:
             logger.exception("job %s: a task_finished receiver raised", self.job_id)
 
 
+def _record(
+    queue: str,
+    job_id: str,
+    result_ttl: int,
+    start_ms: int,
+    first: bool,
+    status: str,
+    finished_ms: int,
+    then: Callable[[Any], None],
+    *,
+    returned: str | None = None,
+    errors: str | None = None,
+) -> None:
+    """Record how the attempt of job ``job_id`` that started at ``start_ms`` (``first``: the
+    job's first start) ended, in the round trip of the job's ack or fail when the runner
+    settles it (else now), then call ``then`` (with the reply, or None). A Redis that cannot
+    take it does not change the outcome: the job is acked or failed as the task returned or
+    raised, and its result says RUNNING until it expires. Written: the status (``status``:
+    a TaskResultStatus's value), when it ended, this attempt's start (and the first start
+    when it is this one: else it stands as stored), the return value or the errors. The
+    workers stand as the start wrote them, and a success leaves the errors as they are."""
+    call = task_results.task_finished(
+        queue_keys(queue), job_id, result_ttl, status=status, finished_ms=finished_ms,
+        started_ms=start_ms if first else None, last_attempt_ms=start_ms, returned=returned,
+        errors=errors,
+    )  # fmt: skip
+    unsent = f"job {job_id} on {queue}: its result ({status}) could not be recorded"
+    if riders.settle_with(job_id, call, then, unsent):  # then(reply) after it is sent
+        return
+    try:
+        run_direct(call, durable=False, strict=False)
+    except DelayQueueError as exc:
+        logger.error("%s (%s)", unsent, exc)
+    then(None)
+
+
 def _nothing(reply: Any = None) -> None:
     pass
 
@@ -240,18 +264,22 @@ def _now_ms() -> int:
 
 
 def task_of(
-    path: str, priority: int, queue_name: str, backend: str
+    path: str, priority: int, queue: str, backend: str
 ) -> tuple[Task[Any, Any], Callable[..., Any] | None]:
     """The task at ``path`` as it was enqueued (``results.rebuilt_task``), and its function
     when ``Task.call`` would only call it (a function, not a coroutine function, that takes
     no context, on a task class that keeps Django's ``call``), so a run calls it straight.
     Worked out once per process for each (path, priority, queue, backend); at most
-    TASKS_KEPT kept."""
-    key = (path, priority, queue_name, backend)
+    TASKS_KEPT kept. ``queue``: the job's queue (a shard of a sharded queue: its task's
+    queue_name is the logical queue's)."""
+    key = (path, priority, queue, backend)
     found = _tasks.get(key)
     if found is None:
         task = results.rebuilt_task(
-            results.import_task(path), priority=priority, queue_name=queue_name, backend=backend
+            results.import_task(path),
+            priority=priority,
+            queue_name=logical(queue),
+            backend=backend,
         )
         plain = (
             not task.takes_context

@@ -80,9 +80,9 @@ else:
         from django.utils.json import normalize_json
 
 # The framework's own receiver of each signal a run sends (None: this version has none).
-_LOG_RECEIVERS: dict[int, Any] = {
-    id(task_started): getattr(_framework_signals, "log_task_started", None),
-    id(task_finished): getattr(_framework_signals, "log_task_finished", None),
+_LOG_RECEIVERS: dict[Any, Any] = {  # (a Signal hashes as itself)
+    task_started: getattr(_framework_signals, "log_task_started", None),
+    task_finished: getattr(_framework_signals, "log_task_finished", None),
 }
 _LOGGER: Any = getattr(_framework_signals, "logger", None)
 
@@ -96,7 +96,7 @@ def heard(signal: Any, level: int) -> bool:
     held = signal.receivers
     if not held:
         return False
-    own = _LOG_RECEIVERS.get(id(signal))
+    own = _LOG_RECEIVERS.get(signal)
     if len(held) != 1 or own is None or _LOGGER is None:
         return True
     receiver = held[0][1]  # ((receiver id, sender id), receiver or a weak reference, ...)

@@ -67,9 +67,13 @@ def run_django_task(
     """Run the Django task at ``path`` with ``args`` and ``kwargs``, recording its result
     (delayqueue/django_tasks/attempts.py). A failure is raised again, for delayqueue to
     retry the job or send it to dead."""
-    run_attempt = _attempts[0] if _attempts else _import_run_attempt()
-    _running.backoff = backoff if isinstance(backoff, (int, float)) else None
-    return run_attempt(self.request, path, args, kwargs, backend, priority, result_ttl)
+    try:
+        run_attempt = _attempts[0] if _attempts else _import_run_attempt()
+        return run_attempt(self.request, path, args, kwargs, backend, priority, result_ttl)
+    except BaseException:
+        # (read by retry_backoff, after the run raised: only then)
+        _running.backoff = backoff if isinstance(backoff, (int, float)) else None
+        raise
 
 
 _attempts: list[Any] = []  # attempts.run_attempt, once imported (at the first run)

@@ -17,6 +17,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from delayqueue.django_tasks.job_args import (
@@ -35,14 +36,19 @@ from delayqueue.engine.keys import QueueKeys
 from delayqueue.engine.transitions import ScriptCall
 
 RUNNING = "RUNNING"  # TaskResultStatus.RUNNING's value
-_encode = json.JSONEncoder().encode  # json.dumps's, without its call
+_ENCODER = json.JSONEncoder()  # json.dumps's
+_encode = _ENCODER.encode
+# The arguments a job carries came as JSON, so they hold no cycle: json.dumps's JSON, from
+# its C encoder run without cycle markers and without the encode() that makes it anew each
+# call (as wire.py's arguments; None where there is no C encoder).
+_C_ENCODE = (
+    c_make_encoder(
+        None, _ENCODER.default, encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
+    if c_make_encoder is not None
+    else None
+)
 _KEYWORDS = frozenset((BACKEND, PRIORITY, RESULT_TTL, BACKOFF))
-
-
-def worker_id(request: Any) -> str:
-    """The Celery worker's node name (``celery@host``), else this host and process."""
-    hostname = getattr(request, "hostname", None)
-    return str(hostname) if hostname else f"{socket.gethostname()}:{os.getpid()}"
 
 
 def started_call(
@@ -60,16 +66,18 @@ def started_call(
     token: str = "",
 ) -> ScriptCall[task_results.TaskStarted | None]:
     """The call that records the start of an attempt of job ``job_id`` (``token``: only
-    when that dispatch has begun)."""
+    when that dispatch has begun), on the Celery worker's node name (``celery@host``), else
+    this host and process."""
+    hostname = getattr(request, "hostname", None)
     return task_results.task_started(
         keys,
         job_id,
         now_ms=now_ms,
-        worker=worker_id(request),
+        worker=str(hostname) if hostname else f"{socket.gethostname()}:{os.getpid()}",
         ttl_seconds=result_ttl,
         kept=MAX_KEPT,
         task=path,
-        args=_encode(args),
+        args=_encode(args) if _C_ENCODE is None else "".join(_C_ENCODE(args, 0)),
         kwargs=_encode(kwargs) if kwargs else "{}",  # (the usual call's, made once)
         backend=backend,
         priority=str(priority),
@@ -93,15 +101,23 @@ class StartWithBegin:
     ) -> ScriptCall[task_results.TaskStarted | None] | None:
         """None for arguments that are not a Django task's (the run then fails as
         Celery calls it, or records its start itself)."""
-        if len(args) != 3 or not _KEYWORDS.issuperset(kwargs):
+        if len(args) != 3:
             return None
         path, call_args, call_kwargs = args
-        backend = kwargs.get(BACKEND, DEFAULT_BACKEND)
-        priority = kwargs.get(PRIORITY, DEFAULT_PRIORITY)
-        if type(priority) is not int:  # (True, as an earlier build wrote it)
-            priority = stored_priority(priority)
-        result_ttl = kwargs.get(RESULT_TTL, DEFAULT_RESULT_TTL)
-        if not (isinstance(path, str) and isinstance(backend, str)):
+        priority: int | None
+        if not kwargs:  # (a job of the default backend, priority and result TTL)
+            backend, priority, result_ttl = DEFAULT_BACKEND, DEFAULT_PRIORITY, DEFAULT_RESULT_TTL
+        elif _KEYWORDS.issuperset(kwargs):
+            backend = kwargs.get(BACKEND, DEFAULT_BACKEND)
+            priority = kwargs.get(PRIORITY, DEFAULT_PRIORITY)
+            if type(priority) is not int:  # (True, as an earlier build wrote it)
+                priority = stored_priority(priority)
+            result_ttl = kwargs.get(RESULT_TTL, DEFAULT_RESULT_TTL)
+            if not isinstance(backend, str):
+                return None
+        else:
+            return None
+        if not isinstance(path, str):
             return None
         now_ms = round(time.time() * 1000)
         if due_ms is not None and due_ms > now_ms:

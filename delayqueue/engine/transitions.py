@@ -4,7 +4,8 @@ Each function takes a queue's keys and named arguments and returns a ``ScriptCal
 script's name, its KEYS and ARGV in the order the script's header gives, whether it is safe
 to send twice, and how to read its reply into a named type. ``run``, ``run_many`` and
 ``run_direct`` (in ``delayqueue.engine.execution``) execute calls; nothing else writes a KEYS or
-ARGV list or unpacks a reply by position.
+ARGV list or unpacks a reply by position (but ``carried.py``, which joins a begin, an ack or a
+fail with a Django task's record call into one, as their scripts' headers say).
 
 Safe to resend means: running the call twice with the same arguments leaves Redis as once
 and gives the same reply. Only such calls go over the direct connection, which sends a
@@ -15,16 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
-
-from redis.exceptions import ResponseError
 
 from delayqueue.engine.begin_reply import Begun, parse_begun
 from delayqueue.engine.keys import STATS_TTL_SECONDS, QueueKeys, current_minute
 from delayqueue.engine.packing import enqueue_keys
-from delayqueue.engine.redis_errors import translate
-from delayqueue.errors import DelayQueueError
 
 ReplyT = TypeVar("ReplyT")
 Id = str | bytes  # ids read back from Redis as bytes may be any bytes (corrupt data)
@@ -305,83 +301,6 @@ def fail(
         ],
         _text,  # type: ignore[arg-type]
     )
-
-
-# ---- a Django task's record, carried by its job's begin, ack or fail ------------------------
-# task_started.lua and task_finished.lua write a Django task's results hash; a job's begin
-# carries the start, and its ack or fail the outcome (their optional trailing KEYS and ARGV,
-# their Lua headers): one script call per transition, the job's hash read once.
-
-CARRIED_OUTCOME = "task_finished"  # the script whose call an ack or fail can carry
-_BEGIN_ARGS = 6  # begin.lua's ARGV before a start's (ARGV[5] and ARGV[6] given: "0" for none)
-
-
-def begin_starting(
-    begin: ScriptCall[Begun], start: ScriptCall[ReplyT]
-) -> ScriptCall[tuple[Begun, ReplyT | DelayQueueError]] | None:
-    """``begin`` (this module's) carrying ``start``, a ``task_started`` call for the same
-    job (engine/task_results.py), whose start it writes when the dispatch runs; its reply
-    is the begin's and the start's (None, as task_started.lua's {}, when it does not run;
-    the DelayQueueError it met, which does not keep the job from running). None for a call
-    it cannot carry (sent after the begin, in its round trip: runner/riders.py)."""
-    if begin.script != "begin" or start.script != "task_started" or len(start.keys) != 2:
-        return None
-    args = begin.args
-    if len(args) < _BEGIN_ARGS:
-        args = [*args, 0, 0]
-    return ScriptCall(
-        "begin",
-        [*begin.keys, start.keys[0]],
-        [*args, *start.args],
-        partial(_begun_and_started, begin.parse, start.parse),
-        resend_safe=begin.resend_safe and start.resend_safe,
-    )
-
-
-def _begun_and_started(
-    parse: Callable[[Any], Begun], parse_start: Callable[[Any], ReplyT], reply: Any
-) -> tuple[Begun, ReplyT | DelayQueueError]:
-    began = parse(reply)
-    if len(reply) < 7:  # (it does not run: nothing written)
-        return began, parse_start([])
-    return began, _carried(parse_start, reply[6])
-
-
-def settling_with(
-    settle: ScriptCall[ReplyT], outcome: ScriptCall[Any]
-) -> ScriptCall[tuple[ReplyT, Any]] | None:
-    """``settle`` (this module's ``ack`` or ``fail``) carrying ``outcome``, a
-    ``task_finished`` call (engine/task_results.py), which it writes first whatever the ack
-    or fail finds; its reply is the settling's and the outcome's (the DelayQueueError it
-    met: the job is settled all the same). None for a call it cannot carry."""
-    if outcome.script != "task_finished" or len(outcome.keys) != 1:
-        return None
-    if (settle.script, len(settle.keys), len(settle.args)) not in _SETTLES:
-        return None
-    return ScriptCall(
-        settle.script,
-        [*settle.keys, *outcome.keys],
-        [*settle.args, *outcome.args],
-        partial(_settled_and_recorded, settle.parse, outcome.parse),
-        resend_safe=settle.resend_safe and outcome.resend_safe,
-    )
-
-
-_SETTLES = {("ack", 8, 4), ("fail", 9, 9)}  # each with every KEYS and ARGV of its own given
-
-
-def _settled_and_recorded(
-    parse: Callable[[Any], ReplyT], parse_outcome: Callable[[Any], Any], reply: Any
-) -> tuple[ReplyT, Any]:
-    settled, recorded = reply
-    return parse(settled), _carried(parse_outcome, recorded)
-
-
-def _carried(parse: Callable[[Any], ReplyT], reply: Any) -> ReplyT | DelayQueueError:
-    """A carried call's reply read, or the DelayQueueError its text says it met."""
-    if isinstance(reply, bytes | str):
-        return translate(ResponseError(_text(reply)))
-    return parse(reply)
 
 
 # ---- the delay worker: reap, release, bury ------------------------------------------------

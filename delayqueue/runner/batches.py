@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 from celery import current_task
 
 from delayqueue.conf import get_settings
-from delayqueue.engine import transitions
+from delayqueue.engine import carried, transitions
 from delayqueue.engine.direct_pipeline import run_many_direct
 from delayqueue.engine.keys import QueueKeys, queue_keys
 from delayqueue.errors import DelayQueueError
@@ -208,7 +208,7 @@ def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
     horizon = min(HORIZON_MS, visibility_ms // 2)
     request = run.request
     calls: list[transitions.ScriptCall[Any]] = []
-    carried: list[int] = []  # the begins that carry their job's ride (one script call)
+    folded_at: list[int] = []  # the begins that carry their job's ride (one script call)
     after: list[tuple[int, transitions.ScriptCall[Any]]] = []  # rides sent after the begins
     for i, j in enumerate(jobs):
         call: transitions.ScriptCall[Any] = reported.begin(
@@ -224,12 +224,12 @@ def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
             ride = riders.ride(rides, keys, j.id, j.token, j.args, j.kwargs, request, j.due_ms)
             if ride is not None:
                 # (folded as it is made: a batch's calls wait for its round trip together)
-                folded = transitions.begin_starting(call, ride)
+                folded = carried.begin_starting(call, ride)
                 if folded is None:
                     after.append((i, ride))
                 else:
                     call = folded
-                    carried.append(i)
+                    folded_at.append(i)
         calls.append(call)
     try:
         replies = run_many_direct([*calls, *(ride for _, ride in after)])
@@ -241,7 +241,7 @@ def _begin(run: _Run, jobs: list[BatchJob], later: int = 0) -> list[BatchJob]:
         return []
     for (i, _), reply in zip(after, replies[len(calls) :], strict=True):
         jobs[i].ridden = reply
-    for i in carried:  # (begun, ridden), or the error its begin met
+    for i in folded_at:  # (begun, ridden), or the error its begin met
         if isinstance(replies[i], DelayQueueError):
             jobs[i].ridden = replies[i]
         else:

@@ -4,7 +4,7 @@ in round trips of their own (``job.run_job``, ``batches.run_batch``).
 A task whose class sets ``dq_rides`` (a ``Rides``) has, for each dispatch of its jobs:
 
 - ``Rides.at_begin(...)``: a call sent with the job's ``begin``, in the same round trip.
-  One the begin can carry (a Django task's ``task_started``: ``transitions.begin_starting``)
+  One the begin can carry (a Django task's ``task_started``: ``carried.begin_starting``)
   is part of the begin's own script call, written only when the dispatch runs; another is
   sent right after the begin (one pipeline: each script on its own, in order, on one
   connection; a batch's begins first, then their calls), and must check itself that the
@@ -13,7 +13,7 @@ A task whose class sets ``dq_rides`` (a ``Rides``) has, for each dispatch of its
   batch's long run, a job with a rate) keeps the reply of its first begin;
 - ``settle_with(job_id, call, report, unsent)``, from the task's code: ``call`` goes in the
   round trip that acks or fails the job (a batch's: at its end): carried by the ack or the
-  fail when it can be (a Django task's ``task_finished``: ``transitions.settling_with``,
+  fail when it can be (a Django task's ``task_finished``: ``carried.settling_with``,
   written first), else before it; ``report(reply)`` is called after it, before the ack's
   or the fail's own report.
 
@@ -28,9 +28,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
-from delayqueue.engine import transitions
+from delayqueue.engine import carried, transitions
 from delayqueue.engine.direct_pipeline import run_many_direct
 from delayqueue.engine.execution import run_direct
 from delayqueue.engine.keys import QueueKeys
@@ -97,12 +97,12 @@ def begin_with(
 ) -> tuple[transitions.Begun, Any]:
     """``begin`` and ``call`` in one round trip: the begin's reply (its error raised), and
     the call's reply or error. A call the begin can carry (a Django task's start:
-    ``transitions.begin_starting``) is one script call with it; another is sent after it
+    ``carried.begin_starting``) is one script call with it; another is sent after it
     (on a direct connection: engine/direct_pipeline.py)."""
-    carried = transitions.begin_starting(begin, call)
-    if carried is not None:
+    folded = carried.begin_starting(begin, call)
+    if folded is not None:
         # (strict=False: under DURABLE, a replica slow to acknowledge is a warning)
-        return run_direct(carried, strict=False)
+        return run_direct(folded, strict=False)
     began, ridden = run_many_direct([begin, call])
     if isinstance(began, DelayQueueError):
         raise began
@@ -171,19 +171,16 @@ def settle_with(
     return True
 
 
-class Held(NamedTuple):
-    """A task's outcome call (``settle_with``), held for its job's ack or fail to carry."""
-
-    call: transitions.ScriptCall[Any]
-    report: Callable[[Any], None]
-    unsent: str
+# A task's outcome call (``settle_with``), held for its job's ack or fail to carry: the
+# call, its report and its unsent (a plain tuple: one per job, made fast)
+Held = tuple[transitions.ScriptCall[Any], Callable[[Any], None], str]
 
 
 class Carrying:
     """The settling of jobs in one round trip (``SettleTogether``, a batch's), with a task's
     outcome in its job's ack or fail: the call ``settle_with`` adds (a Django task's
     ``task_finished``) is held until the job's ack or fail comes next, which carries it
-    (``transitions.settling_with``: one script call, the outcome written first), and the
+    (``carried.settling_with``: one script call, the outcome written first), and the
     outcome's report is called before the settling's. A call it cannot carry is sent before
     it, as its own. ``keep`` takes each call to send."""
 
@@ -194,15 +191,16 @@ class Carrying:
     ) -> None:
         held, self.held = self.held, None
         if held is None:
-            if call.script == transitions.CARRIED_OUTCOME:
-                self.held = Held(call, report, unsent)
+            if call.script == carried.CARRIED_OUTCOME:
+                self.held = (call, report, unsent)
                 return
         else:
-            carrying = transitions.settling_with(call, held.call)
+            held_call, held_report, held_unsent = held
+            carrying = carried.settling_with(call, held_call)
             if carrying is None:
                 self.keep(*held)
             else:
-                call, report = carrying, partial(_both, held.report, held.unsent, report)
+                call, report = carrying, partial(_both, held_report, held_unsent, report)
         self.keep(call, report, unsent)
 
     def keep_held(self) -> None:

@@ -1,5 +1,5 @@
 """A Django task's start is carried by its job's begin, and its outcome by the job's ack or
-fail (engine/transitions.begin_starting and settling_with): a job runs as many script calls
+fail (engine/carried.begin_starting and settling_with): a job runs as many script calls
 as a delay_for job, for a job of its own message and in a batch, and what the calls write
 is what the separate task_started.lua and task_finished.lua wrote. The carried KEYS are the
 ones the scripts' headers list."""
@@ -21,7 +21,7 @@ import redis  # noqa: E402
 from celery import Celery  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
-from delayqueue.engine import direct, task_results, transitions  # noqa: E402
+from delayqueue.engine import carried, direct, task_results, transitions  # noqa: E402
 from delayqueue.engine.execution import get_scripts  # noqa: E402
 from delayqueue.engine.keys import QueueKeys, TaskResultField, queue_keys  # noqa: E402
 from delayqueue.worker.handoff import AUTO_BATCH_FROM  # noqa: E402
@@ -179,9 +179,9 @@ def test_the_keys_a_call_carries_are_the_ones_its_script_s_header_lists() -> Non
         kwargs="{}", backend="default", priority="0", status="RUNNING", token="1",
     )  # fmt: skip
     outcome = task_results.task_finished(keys, JOB, 1, status="SUCCESSFUL", finished_ms=1)
-    begin = transitions.begin_starting(transitions.begin(keys, JOB, "1", visibility_ms=1), start)
-    ack = transitions.settling_with(transitions.ack(keys, JOB, "1"), outcome)
-    fail = transitions.settling_with(
+    begin = carried.begin_starting(transitions.begin(keys, JOB, "1", visibility_ms=1), start)
+    ack = carried.settling_with(transitions.ack(keys, JOB, "1"), outcome)
+    fail = carried.settling_with(
         transitions.fail(
             keys, JOB, "1", backoff_ms=0, error="e", traceback="t", max_attempts=1, dead_max=1
         ),

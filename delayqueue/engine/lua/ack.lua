@@ -16,7 +16,7 @@
 -- ARGV[4] wake channel (a waiter made due now wakes the delay workers; with KEYS[9], given)
 -- Carried, optional, after all of the above (a Django task's job: its attempt's outcome is
 -- written first, as task_finished.lua writes it, whatever the ack then finds: one call where
--- there were two; engine/transitions.settling_with):
+-- there were two; engine/carried.settling_with):
 --   KEYS[9] the job's results hash      dq:{Q}:result:<id>
 --   ARGV[5] task_finished.lua's ARGV[1] (ttl s of the results hash), ARGV[6...] its
 --           ARGV[2...] (field, value pairs)

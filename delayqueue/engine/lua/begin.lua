@@ -22,7 +22,7 @@
 -- ARGV[6] starts the batch still makes after this job, optional (default 0)
 -- Carried, optional, after all of the above (a Django task's job: its attempt's start is
 -- written when the dispatch runs, as task_started.lua writes it, in this call: the job's
--- hash is read once; engine/transitions.begin_starting):
+-- hash is read once; engine/carried.begin_starting):
 --   KEYS[5] the job's results hash      dq:{Q}:result:<id>
 --   ARGV[7] to ARGV[17] task_started.lua's ARGV[1] to ARGV[11] (ARGV[5] and ARGV[6] then
 --           given: "0" for none)

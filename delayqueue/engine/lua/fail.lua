@@ -22,7 +22,7 @@
 -- ARGV[9] wake channel
 -- Carried, optional, after all of the above (a Django task's job: its attempt's outcome is
 -- written first, as task_finished.lua writes it, whatever the fail then finds: one call
--- where there were two; engine/transitions.settling_with):
+-- where there were two; engine/carried.settling_with):
 --   KEYS[10] the job's results hash     dq:{Q}:result:<id>
 --   ARGV[10] task_finished.lua's ARGV[1] (ttl s of the results hash), ARGV[11...] its
 --            ARGV[2...] (field, value pairs)
