@@ -86,6 +86,10 @@ DEFAULTS: dict[str, Any] = {
     "TRACE_SCHEDULING": "context",
     "SENTRY_CHECKIN_MARGIN": 1,
     "SENTRY_MAX_RUNTIME": None,
+    # A Celery process ready for its first job sets the objects of its start aside from the
+    # garbage collector's full passes (gc.freeze: delayqueue/tasks.py, docs/design.md).
+    # False leaves the collector as Python set it.
+    "FREEZE_PROCESS_START": True,
 }
 
 
@@ -134,6 +138,7 @@ class Settings:
     trace_scheduling: str
     sentry_checkin_margin: int
     sentry_max_runtime: int | None
+    freeze_process_start: bool
 
     @property
     def visibility_ms(self) -> int:

@@ -25,6 +25,7 @@ from celery.signals import (
 )
 from django.db import close_old_connections
 
+from delayqueue.conf import get_settings
 from delayqueue.engine import direct_pipeline, presence
 from delayqueue.engine.execution import run, run_all, warm_up
 from delayqueue.engine.keys import queue_keys
@@ -96,10 +97,9 @@ def _freeze_start() -> None:
     reference cycle among them that becomes garbage later is never collected, at most once
     each, a bounded amount. No collection runs first (it would hold up the first job, 0.2 s
     and more in a new pool process): the cycles already garbage then, about a hundred
-    objects, stay. A project that would rather not freeze: ``gc.unfreeze()`` in a
-    ``worker_process_init`` (and, for a pool in the worker's own process, ``worker_ready``)
-    receiver of its own, connected after delayqueue's app is loaded."""
-    gc.freeze()
+    objects, stay. A project that would rather not freeze: ``FREEZE_PROCESS_START: False``."""
+    if get_settings().freeze_process_start:
+        gc.freeze()
 
 
 @shared_task(name=RUN_TASK, bind=True)

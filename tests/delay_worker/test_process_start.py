@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import redis
@@ -40,3 +41,12 @@ def test_a_worker_freezes_once_ready_when_its_pool_runs_jobs_in_its_own_process(
     assert gc.get_freeze_count() == 0  # (its pool processes freeze their own)
     tasks._warm_up_in_process_pool(sender=SimpleNamespace(pool=object()))  # (-P threads, solo)
     assert gc.get_freeze_count() > 1_000
+
+
+def test_a_project_can_leave_the_collector_as_it_is(
+    r: redis.Redis, unfrozen: None, settings: Any
+) -> None:
+    settings.DELAYQUEUE = {**settings.DELAYQUEUE, "FREEZE_PROCESS_START": False}
+    tasks._warm_up_pool_process()
+    tasks._warm_up_in_process_pool(sender=SimpleNamespace(pool=object()))
+    assert gc.get_freeze_count() == 0
