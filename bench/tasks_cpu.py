@@ -4,7 +4,9 @@
 Each round dispatches ``--jobs`` jobs of each kind (the same body: ``bench.tasks.stamp``,
 ``bench.django_tasks.stamp_task``), all due now, with an in-process delay worker onto a
 broker list no Celery worker reads (the batched hand-off on, as in a burst), then runs the
-messages here as the Celery worker runs them (``Task.apply`` with their headers). Measured:
+messages here as the Celery worker runs them (``Task.apply`` with their headers), in a
+process whose start is frozen as a Celery process's is (``FREEZE_PROCESS_START``), with a
+full collection before each measured stretch (the dispatch's garbage is neither kind's). Measured:
 this process's CPU time per job and the Redis server's (``INFO cpu``) over the runs, and
 the µs Redis spent in scripts per job (``INFO commandstats``: EVALSHA's, its commands
 included). CPU time, unlike the wall clock, does not count the time a process waits for
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import base64
 import cProfile
+import gc
 import os
 import pstats
 import statistics
@@ -90,6 +93,7 @@ def _measure(
 
     from bench.django_tasks import stamp_task
     from bench.tasks import stamp
+    from delayqueue import tasks as celery_side
     from delayqueue.producer import api as client
     from delayqueue.worker.loop import DelayWorker
 
@@ -133,8 +137,10 @@ def _measure(
     for kind in KINDS:  # a first round each, not counted: imports, connections, scripts
         for name, args, kwargs, headers in dispatched(kind)[:2]:
             app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
+    celery_side._freeze_start()  # as a Celery process does once ready (FREEZE_PROCESS_START)
     for _ in range(rounds if interleaved else 0):
         both = dispatched(*KINDS)
+        gc.collect()  # (the dispatch's garbage: not either kind's to collect)
         by_kind = {kind: [m for m in both if _kind(m) == kind] for kind in KINDS}
         spent = {kind: [0.0, 0.0, 0.0] for kind in KINDS}  # own, Redis, in scripts
         for pair in zip(*(by_kind[kind] for kind in KINDS), strict=False):
@@ -153,6 +159,7 @@ def _measure(
     for _ in range(0 if interleaved else rounds):
         for kind in KINDS:
             messages = dispatched(kind)
+            gc.collect()
             own, server, scripts = time.process_time(), redis_cpu(), scripts_us()
             for name, args, kwargs, headers in messages:
                 app.tasks[name].apply(args=tuple(args), kwargs=kwargs, headers=headers)
