@@ -149,7 +149,9 @@ def test_dashboard_shows_queues_counts_chart_and_live_workers(admin_client, dela
     schedule("soon", seconds=150)
     make_inflight("f")
     make_dead("d")
-    schedule("x", seconds=5, queue="other", task=jobs.plain)
+    # due within the chart's first minute, and late enough that the worker serving "other"
+    # has not dispatched it by the time the pages are read (5 s ran out on a loaded machine)
+    schedule("x", seconds=30, queue="other", task=jobs.plain)
     r.sadd(global_keys().queues, Q)
     worker = delay_worker("--queues", "other")
     wait_for(lambda: r.zcard(global_keys().workers))

@@ -16,7 +16,7 @@ from tests.support.processes import ROOT
 SCENARIOS = {"enqueue", "claim", "dispatch", "lateness", "burst", "spread", "memory", "scale"}
 
 
-def run_bench(out: Path, *options: str, timeout: float = 240) -> dict[str, Any]:
+def run_bench(out: Path, *options: str, timeout: float = 480) -> dict[str, Any]:
     """``python -m bench --smoke ...``'s JSON, once it ran to its end and printed its table."""
     env = {
         name: value
